@@ -1,0 +1,59 @@
+"""Checking feeds (name -> array) against a graph's declared inputs, with errors that say what was expected."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import DTypeMismatchError, InputError, ShapeMismatchError
+from .types import TensorType, dtype_name
+
+
+def describe_inputs(specs: Sequence[tuple[str, TensorType]]) -> str:
+    return ", ".join(f"{name}: {t}" for name, t in specs) or "(none)"
+
+
+def check_feeds(specs: Sequence[tuple[str, TensorType]], feeds: Mapping[str, object]
+                ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Validate ``feeds`` against ``specs``; returns the arrays and the sizes bound to symbolic dims."""
+    if not isinstance(feeds, Mapping):
+        raise InputError(f"feeds must be a dict of input name -> array; got {type(feeds).__name__}. "
+                         f"Expected inputs: {describe_inputs(specs)}")
+    wanted = dict(specs)
+    unknown = [k for k in feeds if k not in wanted]
+    if unknown:
+        raise InputError(f"unknown input name(s) {', '.join(map(repr, unknown))}; "
+                         f"expected inputs: {describe_inputs(specs)}")
+    missing = [k for k in wanted if k not in feeds]
+    if missing:
+        raise InputError(f"missing input(s) {', '.join(map(repr, missing))}; "
+                         f"expected inputs: {describe_inputs(specs)}")
+    arrays: dict[str, np.ndarray] = {}
+    bound: dict[str, tuple[int, str]] = {}
+    for name, ttype in specs:
+        raw = feeds[name]
+        array = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
+        try:
+            got = dtype_name(array.dtype)
+        except Exception:
+            got = str(array.dtype)
+        if got != ttype.dtype:
+            raise DTypeMismatchError(f"input {name!r}: expected dtype {ttype.dtype}, got {got} "
+                                     f"(shape {list(array.shape)})")
+        if ttype.shape is not None:
+            if array.ndim != len(ttype.shape):
+                raise ShapeMismatchError(f"input {name!r}: expected rank {len(ttype.shape)} shape {ttype}, "
+                                         f"got shape {list(array.shape)}")
+            for axis, (dim, size) in enumerate(zip(ttype.shape, array.shape)):
+                if isinstance(dim, int) and dim != size:
+                    raise ShapeMismatchError(f"input {name!r}: expected shape {ttype}, got {list(array.shape)} "
+                                             f"(dim {axis} should be {dim})")
+                if isinstance(dim, str):
+                    if dim in bound and bound[dim][0] != size:
+                        other_size, other = bound[dim]
+                        raise ShapeMismatchError(f"input {name!r}: dim {axis} ({dim!r}) is {size}, but "
+                                                 f"{dim!r} is {other_size} in input {other!r}")
+                    bound.setdefault(dim, (size, name))
+        arrays[name] = array
+    return arrays, {k: v for k, (v, _) in bound.items()}

@@ -1,0 +1,141 @@
+"""Value types: an element type (dtype) and a shape whose dims are ints, symbols or unknown.
+
+A dtype is named by its numpy name ("float32", "int64", "bool", ...); "string" holds Python strings in
+object arrays. A dim is an ``int``, a ``str`` symbol ("N") or ``None`` (unknown); a shape of ``None`` means
+the rank itself is unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+from ..errors import ValidationError
+
+Dim = Union[int, str, None]
+Shape = tuple[Dim, ...]
+
+DTYPES: tuple[str, ...] = (
+    "float16", "float32", "float64",
+    "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64",
+    "bool", "string",
+)
+FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
+INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
+NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
+
+
+def dtype_name(dtype: object) -> str:
+    """The canonical dtype name for a numpy dtype, a Python/numpy type or a name."""
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return dtype
+    if dtype in (str, "str", "object") or (isinstance(dtype, np.dtype) and dtype.kind in "OUS"):
+        return "string"
+    try:
+        name = np.dtype(dtype).name  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ValidationError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}") from exc
+    if name not in DTYPES:
+        raise ValidationError(f"unsupported dtype {name!r}; expected one of {', '.join(DTYPES)}")
+    return name
+
+
+def np_dtype(name: str) -> np.dtype:
+    """The numpy dtype that holds values of the named dtype."""
+    return np.dtype(object) if name == "string" else np.dtype(name)
+
+
+def _check_dim(d: object) -> Dim:
+    if d is None:
+        return None
+    if isinstance(d, (bool, np.bool_)):
+        raise ValidationError(f"a dim must be an int, a symbol or None; got {d!r}")
+    if isinstance(d, (int, np.integer)):
+        if d < 0:
+            raise ValidationError(f"a dim must be >= 0; got {d}")
+        return int(d)
+    if isinstance(d, str) and d:
+        return d
+    raise ValidationError(f"a dim must be an int, a symbol or None; got {d!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """The type of one value: dtype plus shape (``None`` shape = unknown rank)."""
+
+    dtype: str
+    shape: Shape | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        if self.shape is not None:
+            object.__setattr__(self, "shape", tuple(_check_dim(d) for d in self.shape))
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        """True when every dim is a known int."""
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def numel(self) -> int | None:
+        """Number of elements, or None when the shape is not static."""
+        if not self.is_static:
+            return None
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    def with_shape(self, shape: Shape | None) -> TensorType:
+        return TensorType(self.dtype, shape)
+
+    def with_dtype(self, dtype: str) -> TensorType:
+        return TensorType(dtype, self.shape)
+
+    def matches(self, array: np.ndarray) -> bool:
+        """True when ``array`` has this dtype and fits this shape (symbols and None match any size)."""
+        if dtype_name(array.dtype) != self.dtype:
+            return False
+        if self.shape is None:
+            return True
+        if array.ndim != len(self.shape):
+            return False
+        return all(not isinstance(d, int) or d == n for d, n in zip(self.shape, array.shape))
+
+    def __str__(self) -> str:
+        if self.shape is None:
+            return f"{self.dtype}[*]"
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.dtype}[{dims}]"
+
+    @staticmethod
+    def of(array: np.ndarray) -> TensorType:
+        return TensorType(dtype_name(array.dtype), tuple(array.shape))
+
+
+def format_shape(shape: Shape | None) -> str:
+    if shape is None:
+        return "[*]"
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+#: ONNX ``TensorProto.DataType`` codes for the dtypes tlc holds. Ops such as Cast take these codes as
+#: attributes (ONNX semantics), so the table lives here, below both the registry and the ONNX importer.
+ONNX_TYPE_CODES: dict[str, int] = {
+    "float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7, "string": 8,
+    "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13,
+}
+DTYPE_OF_ONNX_CODE: dict[int, str] = {code: name for name, code in ONNX_TYPE_CODES.items()}
+
+
+def dtype_of_onnx_code(code: int) -> str:
+    """The dtype name for an ONNX element-type code (ValidationError for ones tlc does not hold)."""
+    try:
+        return DTYPE_OF_ONNX_CODE[int(code)]
+    except (KeyError, ValueError, TypeError):
+        raise ValidationError(f"ONNX element type {code!r} is not supported; supported: "
+                              + ", ".join(f"{c} ({n})" for n, c in ONNX_TYPE_CODES.items())) from None

@@ -1,0 +1,248 @@
+"""Elementwise operators: unary math, activations, broadcasting binary and variadic ops, comparisons, Cast.
+
+Each op gives a numpy reference (dtype-preserving) and a scalar expression (``tlc.ops.expr``) that the code
+generator composes; tests check the two agree.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.types import TensorType, dtype_of_onnx_code, np_dtype
+from . import expr as E
+from .infer import elementwise
+from .registry import REQUIRED, Attr, OpDef, Trait, register
+
+EW = frozenset({Trait.ELEMENTWISE, Trait.BROADCAST, Trait.PURE, Trait.FOLDABLE})
+EW_COMMUTATIVE = EW | {Trait.COMMUTATIVE}
+
+_erf_scalar = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return _erf_scalar(x.astype(np.float64)).astype(x.dtype) if x.size else x.copy()
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+
+
+def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero (C semantics, as onnxruntime computes it)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.floor_divide(a, b)
+        fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return (q + fix).astype(np.result_type(a, b))
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):
+        return _int_div(a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.divide(a, b)
+
+
+def _gelu(x: np.ndarray, *, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        c = np.asarray(math.sqrt(2 / math.pi), x.dtype)
+        return (0.5 * x * (1 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x ** 3)))).astype(x.dtype)
+    return (0.5 * x * (1 + _erf(x / np.asarray(math.sqrt(2), x.dtype)))).astype(x.dtype)
+
+
+def _gelu_expr(x: E.Expr, *, approximate: str) -> E.Expr:
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + E.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))))
+    return 0.5 * x * (1.0 + E.erf(x * (1 / math.sqrt(2))))
+
+
+def _clip(x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> np.ndarray:
+    out = x
+    if lo is not None:
+        out = np.maximum(out, lo.astype(x.dtype))
+    if hi is not None:
+        out = np.minimum(out, hi.astype(x.dtype))
+    return out.astype(x.dtype, copy=False)
+
+
+def _clip_expr(x: E.Expr, lo: E.Expr | None = None, hi: E.Expr | None = None) -> E.Expr:
+    out = x
+    if lo is not None:
+        out = E.maximum(out, lo)
+    if hi is not None:
+        out = E.minimum(out, hi)
+    return out
+
+
+def _typed(fn):
+    """Wrap a numpy function so the result keeps the first input's dtype."""
+
+    def ref(x, *rest, **attrs):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x, *rest, **attrs)).astype(x.dtype, copy=False)
+
+    return ref
+
+
+def _unary(name: str, ref, expr, attrs: dict[str, Attr] | None = None, cost: float = 1.0, doc: str = ""):
+    register(OpDef(name=name, infer=elementwise(), reference=_typed(ref), expr=expr, attrs=attrs or {},
+                   traits=EW, cost=cost, doc=doc))
+
+
+_unary("Abs", np.abs, E.absolute)
+_unary("Neg", np.negative, lambda x: -x)
+_unary("Sqrt", np.sqrt, E.sqrt, cost=4)
+_unary("Reciprocal", lambda x: 1 / x, lambda x: 1.0 / x, cost=4)
+_unary("Exp", np.exp, E.exp, cost=8)
+_unary("Log", np.log, E.log, cost=8)
+_unary("Erf", _erf, E.erf, cost=10)
+_unary("Tanh", np.tanh, E.tanh, cost=10)
+_unary("Sin", np.sin, E.sin, cost=10)
+_unary("Cos", np.cos, E.cos, cost=10)
+_unary("Floor", np.floor, E.floor)
+_unary("Ceil", np.ceil, E.ceil)
+_unary("Round", np.round, E.round_even)
+_unary("Sign", np.sign, E.sign)
+_unary("Sigmoid", _sigmoid, E.sigmoid, cost=10)
+_unary("Relu", lambda x: np.maximum(x, 0), lambda x: E.maximum(x, 0))
+_unary("Softsign", lambda x: x / (1 + np.abs(x)), lambda x: x / (1.0 + E.absolute(x)), cost=4)
+_unary("Softplus", lambda x: np.logaddexp(x, 0), lambda x: E.maximum(x, 0.0) + E.log(1.0 + E.exp(-E.absolute(x))),
+       cost=16)
+_unary("HardSwish", lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
+       lambda x: x * E.maximum(0.0, E.minimum(1.0, x * (1 / 6) + 0.5)))
+_unary("LeakyRelu", lambda x, *, alpha: np.where(x < 0, x * np.asarray(alpha, x.dtype), x),
+       lambda x, *, alpha: E.where(E.lt(x, 0.0), x * alpha, x), {"alpha": Attr("float", 0.01)})
+_unary("Elu", lambda x, *, alpha: np.where(x < 0, np.asarray(alpha, x.dtype) * (np.exp(x) - 1), x),
+       lambda x, *, alpha: E.where(E.lt(x, 0.0), alpha * (E.exp(x) - 1.0), x), {"alpha": Attr("float", 1.0)},
+       cost=8)
+_unary("Celu", lambda x, *, alpha: np.maximum(x, 0) + np.minimum(0, np.asarray(alpha, x.dtype)
+                                                                 * (np.exp(x / np.asarray(alpha, x.dtype)) - 1)),
+       lambda x, *, alpha: E.maximum(x, 0.0) + E.minimum(0.0, alpha * (E.exp(x * (1 / alpha)) - 1.0)),
+       {"alpha": Attr("float", 1.0)}, cost=8)
+_SELU_ALPHA, _SELU_GAMMA = 1.6732632423543772, 1.0507009873554805
+_unary("Selu", lambda x, *, alpha, gamma: np.asarray(gamma, x.dtype)
+       * np.where(x <= 0, np.asarray(alpha, x.dtype) * (np.exp(x) - 1), x),
+       lambda x, *, alpha, gamma: gamma * E.where(E.le(x, 0.0), alpha * (E.exp(x) - 1.0), x),
+       {"alpha": Attr("float", _SELU_ALPHA), "gamma": Attr("float", _SELU_GAMMA)}, cost=8)
+_unary("HardSigmoid", lambda x, *, alpha, beta: np.clip(np.asarray(alpha, x.dtype) * x + np.asarray(beta, x.dtype), 0, 1),
+       lambda x, *, alpha, beta: E.maximum(0.0, E.minimum(1.0, alpha * x + beta)),
+       {"alpha": Attr("float", 0.2), "beta": Attr("float", 0.5)})
+_unary("ThresholdedRelu", lambda x, *, alpha: np.where(x > alpha, x, 0),
+       lambda x, *, alpha: E.where(E.gt(x, alpha), x, 0.0), {"alpha": Attr("float", 1.0)})
+_unary("Gelu", _gelu, _gelu_expr, {"approximate": Attr("string", "none")}, cost=12)
+
+register(OpDef(name="Clip", infer=elementwise(), reference=_clip, expr=_clip_expr, inputs=(1, 3), traits=EW))
+
+
+def _binary(name: str, ref, expr, traits=EW, result_dtype: str | None = None, cost: float = 1.0,
+            attrs: dict[str, Attr] | None = None):
+    register(OpDef(name=name, infer=elementwise(result_dtype), reference=ref, expr=expr, inputs=(2, 2),
+                   traits=traits, cost=cost, attrs=attrs or {}))
+
+
+_binary("Add", _typed(np.add), lambda a, b: a + b, EW_COMMUTATIVE)
+_binary("Sub", _typed(np.subtract), lambda a, b: a - b)
+_binary("Mul", _typed(np.multiply), lambda a, b: a * b, EW_COMMUTATIVE)
+_binary("Div", _typed(_div), lambda a, b: a / b, cost=4)
+_binary("Pow", _typed(lambda a, b: np.power(a, b.astype(a.dtype) if a.dtype.kind == "f" else b)),
+        lambda a, b: E.power(a, b), cost=16)
+_binary("PRelu", _typed(lambda x, slope: np.where(x < 0, x * slope, x)),
+        lambda x, s: E.where(E.lt(x, 0.0), x * s, x))
+_binary("Mod", _typed(lambda a, b, *, fmod: np.fmod(a, b) if fmod else np.mod(a, b)),
+        lambda a, b, *, fmod: E.fmod(a, b) if fmod else E.mod(a, b), attrs={"fmod": Attr("int", 0)}, cost=4)
+_binary("Equal", lambda a, b: np.equal(a, b), E.eq, EW_COMMUTATIVE, "bool")
+_binary("Less", lambda a, b: np.less(a, b), E.lt, EW, "bool")
+_binary("LessOrEqual", lambda a, b: np.less_equal(a, b), E.le, EW, "bool")
+_binary("Greater", lambda a, b: np.greater(a, b), E.gt, EW, "bool")
+_binary("GreaterOrEqual", lambda a, b: np.greater_equal(a, b), E.ge, EW, "bool")
+_binary("And", lambda a, b: np.logical_and(a, b), E.logical_and, EW_COMMUTATIVE, "bool")
+_binary("Or", lambda a, b: np.logical_or(a, b), E.logical_or, EW_COMMUTATIVE, "bool")
+_binary("Xor", lambda a, b: np.logical_xor(a, b), E.logical_xor, EW_COMMUTATIVE, "bool")
+
+register(OpDef(name="Not", infer=elementwise("bool"), reference=np.logical_not, expr=E.logical_not, traits=EW))
+register(OpDef(name="IsNaN", infer=elementwise("bool"), reference=np.isnan, expr=E.isnan, traits=EW))
+
+
+def _isinf(x, *, detect_negative, detect_positive):
+    return (np.isposinf(x) & bool(detect_positive)) | (np.isneginf(x) & bool(detect_negative))
+
+
+def _isinf_expr(x, *, detect_negative, detect_positive):
+    pos = E.eq(x, math.inf) if detect_positive else E.const(False)
+    neg = E.eq(x, -math.inf) if detect_negative else E.const(False)
+    return E.logical_or(pos, neg)
+
+
+register(OpDef(name="IsInf", infer=elementwise("bool"), reference=_isinf, expr=_isinf_expr, traits=EW,
+               attrs={"detect_negative": Attr("int", 1), "detect_positive": Attr("int", 1)}))
+
+
+def _variadic(name: str, ref, expr, traits=EW_COMMUTATIVE):
+    register(OpDef(name=name, infer=elementwise(), reference=ref, expr=expr, inputs=(1, None), traits=traits))
+
+
+def _fold(fn):
+    def ref(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        return np.asarray(out).astype(xs[0].dtype, copy=False)
+
+    return ref
+
+
+def _fold_expr(fn):
+    def build(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        return out
+
+    return build
+
+
+_variadic("Sum", _fold(np.add), _fold_expr(lambda a, b: a + b))
+_variadic("Max", _fold(np.maximum), _fold_expr(E.maximum))
+_variadic("Min", _fold(np.minimum), _fold_expr(E.minimum))
+_variadic("Mean", lambda *xs: (_fold(np.add)(*xs) / np.asarray(len(xs), xs[0].dtype)).astype(xs[0].dtype),
+          lambda *xs: _fold_expr(lambda a, b: a + b)(*xs) * (1.0 / len(xs)))
+
+
+def _where_infer(ctx):
+    return elementwise(type_from=1)(ctx)
+
+
+register(OpDef(name="Where", infer=_where_infer, inputs=(3, 3), traits=EW, expr=E.where,
+               reference=lambda c, a, b: np.where(c, a, b).astype(a.dtype, copy=False)))
+
+
+# ---------------------------------------------------------------------------- casts
+def _cast_infer(ctx):
+    return [TensorType(dtype_of_onnx_code(ctx.attrs["to"]), ctx.shape(0))]
+
+
+def _cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "string":
+        return np.vectorize(lambda v: str(v), otypes=[object])(x) if x.size else x.astype(object)
+    if x.dtype == object:
+        return np.array([float(v) for v in x.ravel()], dtype=np.float64).astype(dtype).reshape(x.shape)
+    with np.errstate(all="ignore"):
+        return x.astype(np_dtype(dtype))
+
+
+register(OpDef(name="Cast", infer=_cast_infer, traits=EW, attrs={"to": Attr("int", REQUIRED), "saturate": Attr("int", 1)},
+               reference=lambda x, *, to, saturate: _cast_to(x, dtype_of_onnx_code(to)),
+               expr=lambda x, *, to, saturate: E.cast(x, dtype_of_onnx_code(to))))
+
+
+def _castlike_infer(ctx):
+    return [TensorType(ctx.type(1).dtype, ctx.shape(0))]
+
+
+register(OpDef(name="CastLike", infer=_castlike_infer, inputs=(2, 2), attrs={"saturate": Attr("int", 1)},
+               traits=frozenset({Trait.PURE, Trait.FOLDABLE}),
+               reference=lambda x, like, *, saturate: _cast_to(x, np.dtype(like.dtype).name
+                                                               if like.dtype != object else "string")))

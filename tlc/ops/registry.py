@@ -1,0 +1,261 @@
+"""The op registry: one ``OpDef`` per operator, and everything else asks it.
+
+An ``OpDef`` declares, side by side: name and domain, input/output arity, the attribute schema with defaults,
+type and shape inference, the numpy reference implementation, traits, a cost hint, and for elementwise ops the
+scalar expression the code generator composes. Constant folding, CSE, fusion, the reference executor and
+codegen all read the same entry.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeInferenceError, UnsupportedOperatorError, ValidationError
+from ..ir.graph import Graph, Node, set_op_resolver
+from ..ir.types import TensorType
+
+
+class Trait(enum.Enum):
+    ELEMENTWISE = "elementwise"          # output[i] depends only on inputs at i (after broadcasting)
+    BROADCAST = "broadcast"              # inputs broadcast numpy-style
+    REDUCTION = "reduction"              # reduces over axes
+    COMMUTATIVE = "commutative"          # inputs may be reordered (all of them)
+    PURE = "pure"                        # deterministic, no side effects: CSE and DCE may act
+    FOLDABLE = "foldable"                # constant folding may evaluate it
+    LAYOUT_SENSITIVE = "layout"          # semantics depend on NCHW/NHWC axis order
+    SHAPE_ONLY = "shape-only"            # output depends only on input shapes, not values (Shape, Size)
+    CONTRACTION = "contraction"          # matmul-like; an elementwise epilogue may be fused after it
+    SUBGRAPH = "subgraph"                # has graph-valued attributes (tlc.Fused)
+
+
+REQUIRED = object()
+
+ATTR_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor", "graph")
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute of an op: its kind and default (``REQUIRED`` when it must be given; None = absent)."""
+
+    kind: str
+    default: Any = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ATTR_KINDS:
+            raise ValueError(f"attribute kind {self.kind!r} not in {ATTR_KINDS}")
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+class InferContext:
+    """What an inference function sees: the node, its resolved attributes, input types and constants."""
+
+    def __init__(self, graph: Graph, node: Node, opdef: OpDef):
+        self.graph = graph
+        self.node = node
+        self.opdef = opdef
+        self.attrs = opdef.resolved_attrs(node)
+        self.inputs = graph.inputs_of(node)
+        self.input_types: list[TensorType | None] = [
+            None if v is None else graph.type_of(v) for v in self.inputs]
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.inputs)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def type(self, i: int) -> TensorType:
+        """The type of input ``i``; fails inference when it is missing or untyped."""
+        t = self.input_types[i] if i < len(self.input_types) else None
+        if t is None:
+            self.fail(f"input {i} is missing or has no type")
+        return t
+
+    def shape(self, i: int):
+        return self.type(i).shape
+
+    def const(self, i: int) -> np.ndarray | None:
+        """The value of input ``i`` when it is a constant (for data-dependent shapes), else None."""
+        return self.graph.const_value(self.inputs[i]) if self.has_input(i) else None
+
+    def fail(self, message: str) -> None:
+        raise ShapeInferenceError(f"node {self.node.name!r} ({self.node.qualified_op}): {message}")
+
+
+InferFn = Callable[[InferContext], Sequence[TensorType]]
+
+
+@dataclass
+class OpDef:
+    """Everything tlc knows of one operator."""
+
+    name: str
+    infer: InferFn
+    reference: Callable[..., Any]
+    domain: str = ""
+    inputs: tuple[int, int | None] = (1, 1)
+    outputs: int | Callable[[dict[str, Any], int], int] = 1
+    attrs: dict[str, Attr] = field(default_factory=dict)
+    traits: frozenset[Trait] = frozenset({Trait.PURE, Trait.FOLDABLE})
+    expr: Callable[..., Any] | None = None
+    cost: float = 1.0
+    doc: str = ""
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.domain}.{self.name}" if self.domain else self.name
+
+    def has(self, trait: Trait) -> bool:
+        return trait in self.traits
+
+    @property
+    def is_pure(self) -> bool:
+        return Trait.PURE in self.traits
+
+    @property
+    def is_elementwise(self) -> bool:
+        return Trait.ELEMENTWISE in self.traits
+
+    @property
+    def is_commutative(self) -> bool:
+        return Trait.COMMUTATIVE in self.traits
+
+    @property
+    def is_foldable(self) -> bool:
+        return Trait.FOLDABLE in self.traits
+
+    def num_outputs(self, attrs: dict[str, Any], num_inputs: int) -> int:
+        return self.outputs(attrs, num_inputs) if callable(self.outputs) else self.outputs
+
+    def resolved_attrs(self, node: Node) -> dict[str, Any]:
+        """The node's attributes with schema defaults filled in (absent optional ones are None)."""
+        out = {k: (None if a.required else a.default) for k, a in self.attrs.items()}
+        out.update(node.attrs)
+        return out
+
+    def run_reference(self, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any],
+                      **context: Any) -> list[np.ndarray]:
+        """Run the numpy reference implementation; always returns a list of arrays."""
+        full = {k: (None if a.required else a.default) for k, a in self.attrs.items()}
+        full.update(attrs)
+        result = self.reference(*inputs, **full, **context)
+        if isinstance(result, (list, tuple)):
+            return [np.asarray(r) for r in result]
+        return [np.asarray(result)]
+
+
+_REGISTRY: dict[tuple[str, str], OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    key = (opdef.domain, opdef.name)
+    if key in _REGISTRY:
+        raise ValueError(f"op {opdef.qualified_name} registered twice")
+    if Trait.ELEMENTWISE in opdef.traits and opdef.expr is None:
+        raise ValueError(f"elementwise op {opdef.qualified_name} declares no scalar expression")
+    _REGISTRY[key] = opdef
+    return opdef
+
+
+def get(op: str, domain: str = "") -> OpDef:
+    """The OpDef for ``op``; raises ``UnsupportedOperatorError`` when there is none."""
+    try:
+        return _REGISTRY[(domain, op)]
+    except KeyError:
+        qualified = f"{domain}.{op}" if domain else op
+        raise UnsupportedOperatorError(f"operator {qualified} is not supported by tlc",
+                                       {(domain, op): 1}) from None
+
+
+def lookup(op: str, domain: str = "") -> OpDef | None:
+    return _REGISTRY.get((domain, op))
+
+
+def is_registered(op: str, domain: str = "") -> bool:
+    return (domain, op) in _REGISTRY
+
+
+def all_ops() -> list[OpDef]:
+    """Every registered op, sorted by domain then name."""
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def opdef_of(node: Node) -> OpDef:
+    return get(node.op, node.domain)
+
+
+_PY_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int, np.integer),
+    "float": (float, int, np.floating, np.integer),
+    "string": (str,),
+    "tensor": (np.ndarray,),
+    "graph": (Graph,),
+}
+
+
+def check_attr(node: Node, key: str, spec: Attr, value: Any) -> None:
+    where = f"node {node.name!r} ({node.qualified_op})"
+    if spec.kind in _PY_KINDS:
+        ok = isinstance(value, _PY_KINDS[spec.kind]) and not isinstance(value, bool)
+    else:
+        scalar = _PY_KINDS[spec.kind[:-1]]
+        ok = isinstance(value, (list, tuple)) and all(
+            isinstance(v, scalar) and not isinstance(v, bool) for v in value)
+    if not ok:
+        raise ValidationError(f"{where}: attribute {key!r} should be {spec.kind}, got {type(value).__name__} "
+                              f"{_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _RegistryResolver:
+    """The registry's answers to the IR (installed with ``set_op_resolver``)."""
+
+    def num_outputs(self, op: str, domain: str, attrs: dict[str, Any], num_inputs: int) -> int:
+        return get(op, domain).num_outputs(attrs, num_inputs)
+
+    def infer(self, graph: Graph, node: Node) -> list[TensorType]:
+        opdef = opdef_of(node)
+        ctx = InferContext(graph, node, opdef)
+        try:
+            return list(opdef.infer(ctx))
+        except ShapeInferenceError:
+            raise
+        except (ValueError, IndexError, TypeError, KeyError) as exc:
+            raise ShapeInferenceError(f"node {node.name!r} ({node.qualified_op}): inference failed: {exc}") from exc
+
+    def check(self, graph: Graph, node: Node) -> None:
+        opdef = opdef_of(node)
+        where = f"node {node.name!r} ({node.qualified_op})"
+        lo, hi = opdef.inputs
+        ins = graph.inputs_of(node)
+        if node.num_inputs < lo or (hi is not None and node.num_inputs > hi):
+            want = f"{lo}" if lo == hi else f"{lo} to {'any number' if hi is None else hi}"
+            raise ValidationError(f"{where}: expected {want} inputs, got {node.num_inputs}")
+        for port in range(lo):
+            if ins[port] is None:
+                raise ValidationError(f"{where}: required input {port} is not connected")
+        for key, value in node.attrs.items():
+            spec = opdef.attrs.get(key)
+            if spec is None:
+                known = ", ".join(sorted(opdef.attrs)) or "none"
+                raise ValidationError(f"{where}: unknown attribute {key!r} (known: {known})")
+            check_attr(node, key, spec, value)
+        for key, spec in opdef.attrs.items():
+            if spec.required and key not in node.attrs:
+                raise ValidationError(f"{where}: required attribute {key!r} is missing")
+
+
+set_op_resolver(_RegistryResolver())

@@ -1,0 +1,1 @@
+"""Optimization passes; importing this package registers them."""

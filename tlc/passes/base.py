@@ -1,0 +1,72 @@
+"""``Pass``, ``PassResult``, ``PassOptions`` and the registry of passes by name.
+
+A pass mutates the graph it is given, in place; the PassManager hands it the manager's own copy, so a caller's
+graph never changes. ``name`` is the CLI name, the golden test file name (``tests/passes/<name>.tlc``) and
+the dump label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..ir.graph import Graph
+
+
+@dataclass
+class PassOptions:
+    """Options every pass may read (one object, passed down; no environment variables)."""
+
+    opt_level: int = 2
+    fast_math: bool = False            # allow rewrites that change rounding (reassociation, ...)
+    fold_size_limit: int = 1 << 20     # largest tensor (elements) constant folding may create
+    target: str = "cpu"                # what kernels the layout cost model and fusion assume
+
+
+@dataclass
+class PassResult:
+    """What a pass did: whether it changed the graph, and counters (``nodes_removed``, ``folded``, ...)."""
+
+    changed: bool = False
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def count(self, key: str, n: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + n
+        if n:
+            self.changed = True
+
+
+class Pass:
+    """Base class: subclasses set ``name``, ``min_level``, ``description`` and implement ``run``."""
+
+    name: ClassVar[str] = ""
+    min_level: ClassVar[int] = 1
+    description: ClassVar[str] = ""
+
+    def __init__(self, options: PassOptions | None = None):
+        self.options = options or PassOptions()
+
+    def run(self, graph: Graph) -> PassResult:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+_PASSES: dict[str, type[Pass]] = {}
+
+
+def register_pass(cls: type[Pass]) -> type[Pass]:
+    """Class decorator: make a pass available by its ``name`` (CLI, pipelines, docs)."""
+    if not cls.name or cls.name in _PASSES:
+        raise ValueError(f"pass name {cls.name!r} is empty or registered twice")
+    _PASSES[cls.name] = cls
+    return cls
+
+
+def get_pass(name: str) -> type[Pass]:
+    try:
+        return _PASSES[name]
+    except KeyError:
+        raise KeyError(f"unknown pass {name!r}; known passes: {', '.join(sorted(_PASSES))}") from None
+
+
+def all_passes() -> list[type[Pass]]:
+    return [_PASSES[k] for k in sorted(_PASSES)]

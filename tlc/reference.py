@@ -1,0 +1,94 @@
+"""The reference executor: runs a graph op by op through the registry's numpy implementations.
+
+It is -O0 and the oracle every pass is checked against. Intermediate arrays are dropped as soon as their last
+consumer has run, so large models run in bounded memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .errors import ExecutionError, TlcError
+from .ir.feeds import check_feeds
+from .ir.graph import Graph, Node, Value
+from .ops import Trait, opdef_of
+
+
+class Interpreter:
+    """Runs a graph node by node; subclass and override ``run_node`` to observe or replace execution."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.order = [n for n in graph.nodes() if not (n.op == "Input" and n.domain == "")]
+        self.inputs_of = {n.id: graph.inputs_of(n) for n in self.order}
+        uses: dict[Value, int] = {}
+        for n in self.order:
+            for v in self.inputs_of[n.id]:
+                if v is not None:
+                    uses[v] = uses.get(v, 0) + 1
+        for v, _ in graph.outputs:
+            uses[v] = uses.get(v, 0) + 1
+        self.uses = uses
+
+    def run_node(self, node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+        opdef = opdef_of(node)
+        context = {"run_graph": run_graph} if Trait.SUBGRAPH in opdef.traits else {}
+        try:
+            outs = opdef.run_reference(inputs, node.attrs, **context)
+        except TlcError:
+            raise
+        except Exception as exc:  # an implementation bug or an input it cannot take: say where
+            shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in inputs)
+            raise ExecutionError(f"node {node.name!r} ({node.qualified_op}) failed on inputs ({shapes}): "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        return outs[: node.num_outputs]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        g = self.graph
+        env: dict[Value, np.ndarray] = {}
+        by_name = {n.name: n for n in g.inputs}
+        for name, array in feeds.items():
+            env[Value(by_name[name].id, 0)] = array
+        remaining = dict(self.uses)
+        for node in self.order:
+            ins = self.inputs_of[node.id]
+            arrays = [None if v is None else env[v] for v in ins]
+            outs = self.run_node(node, arrays)
+            for port, array in enumerate(outs):
+                env[Value(node.id, port)] = array
+            for v in ins:
+                if v is not None:
+                    remaining[v] -= 1
+                    if remaining[v] == 0:
+                        del env[v]
+        return {name: env[v] for v, name in g.outputs}
+
+
+def run(graph: Graph, feeds: Mapping[str, object], outputs: Sequence[str] | None = None,
+        *, check: bool = True) -> dict[str, np.ndarray]:
+    """Run ``graph`` on ``feeds`` (input name -> array); returns output name -> array.
+
+    Feeds are checked against the declared inputs (names, dtypes, shapes) unless ``check`` is False.
+    """
+    specs = [(n.name, n.output_types[0]) for n in graph.inputs]
+    if check:
+        arrays, _ = check_feeds(specs, feeds)
+    else:
+        arrays = {k: np.asarray(v) for k, v in feeds.items()}
+    result = Interpreter(graph).run(arrays)
+    if outputs is not None:
+        missing = [o for o in outputs if o not in result]
+        if missing:
+            raise KeyError(f"no output(s) {missing}; the graph's outputs are {list(result)}")
+        result = {o: result[o] for o in outputs}
+    # NOTE: outputs never alias feeds, constants or each other.
+    return {k: np.array(v, copy=True) for k, v in result.items()}
+
+
+def run_graph(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run a subgraph (e.g. a ``tlc.Fused`` body) positionally: its inputs in order, its outputs in order."""
+    feeds = {node.name: array for node, array in zip(graph.inputs, inputs)}
+    result = Interpreter(graph).run(feeds)
+    return [result[name] for _, name in graph.outputs]
