@@ -1,0 +1,78 @@
+"""Reading and writing graphs: ONNX, textual IR (.tlc), DOT and GraphML, chosen by file extension.
+
+``load`` and ``save`` are the public entry points (re-exported as ``tlc.load`` / ``tlc.save``). Writes are
+atomic: the file appears complete or not at all.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import InvalidModelError, TlcError
+from ..ir.graph import Graph
+
+FORMATS = ("onnx", "tlc", "dot", "graphml")
+
+
+def format_of(path: str | os.PathLike, explicit: str | None = None) -> str:
+    """The format named by ``explicit`` or by the file's extension."""
+    fmt = (explicit or Path(path).suffix.lstrip(".")).lower()
+    if fmt not in FORMATS:
+        raise TlcError(f"cannot tell the format of {str(path)!r}: expected an extension or --emit of "
+                       f"{', '.join(FORMATS)}, got {fmt or 'none'!r}")
+    return fmt
+
+
+def load(path: str | os.PathLike, *, format: str | None = None) -> Graph:
+    """Read a graph from an ONNX model, a .tlc text file or a GraphML file written by tlc."""
+    fmt = format_of(path, format)
+    if not Path(path).is_file():
+        raise InvalidModelError(f"no such model file: {str(path)!r}")
+    if fmt == "onnx":
+        from .onnx import load_onnx
+
+        return load_onnx(path)
+    if fmt == "tlc":
+        from ..ir.text import load_text
+
+        return load_text(path)
+    if fmt == "graphml":
+        from .dumps import read_graphml
+
+        return read_graphml(path)
+    raise TlcError(f"{fmt} files can be written but not read back; load a .onnx, .tlc or .graphml file")
+
+
+def save(graph: Graph, path: str | os.PathLike, *, format: str | None = None) -> None:
+    """Write ``graph`` in the format given by ``format`` or by the extension; atomically."""
+    fmt = format_of(path, format)
+    if fmt == "onnx":
+        from .onnx import save_onnx as writer
+    elif fmt == "tlc":
+        from ..ir.text import save_text as writer
+    elif fmt == "dot":
+        from .dumps import write_dot as writer
+    else:
+        from .dumps import write_graphml as writer
+    writer(graph, path)
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
+    """Call ``write(tmp_path)`` then move the file into place; on failure nothing is left behind.
+
+    NOTE: every writer in tlc goes through here, so an interrupted run never leaves a half-written file.
+    """
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
