@@ -67,7 +67,8 @@ def test_cycle_and_dangling_input_are_named():
 def test_old_opset_softmax_semantics_are_converted(rng):
     vi = helper.make_tensor_value_info
     node = helper.make_node("Softmax", ["x"], ["y"], axis=1)
-    graph = helper.make_graph([node], "g", [vi("x", TensorProto.FLOAT, [2, 3, 4])], [vi("y", TensorProto.FLOAT, [2, 3, 4])])
+    graph = helper.make_graph([node], "g", [vi("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [vi("y", TensorProto.FLOAT, [2, 3, 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
     model.ir_version = 7
     g, report = from_onnx(model)
