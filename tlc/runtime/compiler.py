@@ -1,0 +1,57 @@
+"""``tlc.compile``: optimize a graph with the pass pipeline, lower it to a ``Plan`` and (eager JIT) compile it."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..errors import BackendError
+from ..ir.graph import Graph
+from .options import CompileOptions
+from .plan import Plan
+
+
+def compile(graph: Graph | str | os.PathLike, target: str = "cpu", opt_level: int = 2, jit: str = "eager",
+            num_threads: int | None = None, passes: str | list[str] | None = None, fast_math: bool = False,
+            hot_threshold: int = 5, cache_dir: str | None = None, **options: object) -> Plan:
+    """Compile ``graph`` (or a model file) for ``target``; the caller's graph is never changed.
+
+    ``jit``: "eager" compiles every fused group now, "lazy" compiles a group in the background once it has run
+    ``hot_threshold`` times, "off" runs reference and library kernels only. ``num_threads`` (None: every core)
+    governs Numba's and BLAS's threads. ``cache_dir`` (default: $TLC_CACHE_DIR or the kernel cache's own) is
+    where compiled kernels are kept. Further keywords are ``CompileOptions`` fields.
+    """
+    opts = CompileOptions.from_env(target=target, opt_level=opt_level, jit=jit, num_threads=num_threads,
+                                   passes=passes, fast_math=fast_math, hot_threshold=hot_threshold,
+                                   cache_dir=cache_dir, **options)
+    if not isinstance(graph, Graph):
+        from ..io import load
+
+        graph = load(graph)
+    return compile_with_options(graph, opts)
+
+
+def compile_with_options(graph: Graph, options: CompileOptions) -> Plan:
+    """``compile`` with the options already gathered in one object."""
+    if options.target != "cpu":
+        raise BackendError(f"target {options.target!r} is not supported by the runtime yet; use target='cpu'")
+    start = time.perf_counter()
+    optimized = optimize(graph, options)
+    passes_ms = (time.perf_counter() - start) * 1e3
+    plan = Plan(optimized, options, {"passes_ms": passes_ms})
+    if options.jit == "eager":
+        plan.compile_groups()
+    return plan
+
+
+def optimize(graph: Graph, options: CompileOptions) -> Graph:
+    """Run the pass pipeline (``tlc.passes.optimize``) on a copy; without a pipeline, a verified copy as given."""
+    try:
+        from ..passes import optimize as run_pipeline
+    except ImportError:
+        run_pipeline = None
+    if run_pipeline is None:
+        copy = graph.copy()
+        copy.verify()
+        return copy
+    return run_pipeline(graph, opt_level=options.opt_level, passes=options.passes, fast_math=options.fast_math)

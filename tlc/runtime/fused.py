@@ -1,0 +1,252 @@
+"""``tlc.Fused`` steps: a generated kernel from ``tlc.kernels.compile_group``, or the body on the reference path.
+
+A ``GroupState`` holds one group's kernel. It starts on the reference path (``tlc.reference.run_graph`` of
+the body, copied into the planned outputs) and a compiled kernel is swapped in by one attribute assignment, so
+runs in flight finish with whichever they read. Eager JIT compiles in ``compile()``; lazy JIT compiles on a
+background thread once the group has run ``hot_threshold`` times. A group that fails to compile stays on the
+reference path; the plan warns once and ``stats()`` gives the reason (no silent fallback).
+
+``codegen()`` is the one adapter to ``tlc.kernels``; everything else here calls through it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ..errors import CompileError, ExecutionError
+from ..ir.graph import Graph
+from ..ir.types import TensorType
+from ..reference import run_graph
+from .impl import Bound, Impl, NotNative, static_shapes
+from .library import library_impl
+from .options import CompileOptions
+
+
+def codegen() -> tuple[Callable[..., Any], Callable[[Graph], tuple[Graph, Graph]]]:
+    """``(compile_group, split_epilogue)`` from ``tlc.kernels``; CompileError while they do not exist."""
+    try:
+        from ..kernels import compile_group, split_epilogue
+    except ImportError as exc:
+        raise CompileError(f"code generation is not available: {exc}") from None
+    return compile_group, split_epilogue
+
+
+class Counter:
+    """A thread-safe counter (runs call groups from several threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def incr(self) -> int:
+        with self._lock:
+            self.value += 1
+            return self.value
+
+
+_JIT_POOL: ThreadPoolExecutor | None = None
+_JIT_POOL_LOCK = threading.Lock()
+
+
+def jit_pool() -> ThreadPoolExecutor:
+    """The background JIT thread, shared by all plans (Numba compiles one function at a time anyway)."""
+    global _JIT_POOL
+    with _JIT_POOL_LOCK:
+        if _JIT_POOL is None:
+            _JIT_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tlc-jit")
+        return _JIT_POOL
+
+
+class GroupState:
+    """One fused group's compiled kernel (or None: reference path), its counters and compile record."""
+
+    def __init__(self, name: str, body: Graph, kind: str, input_types: list[TensorType | None],
+                 options: CompileOptions, on_failure: Callable[[GroupState], None]):
+        self.name = name
+        self.body = body
+        self.kind = kind
+        self.input_types = input_types
+        self.options = options
+        self.on_failure = on_failure
+        self.kernel: Any = None            # NOTE: swapped in by one assignment; readers take it once per call
+        self.split: EpilogueSplit | None = None
+        self.split_error = ""
+        self.status = "reference"          # reference | compiling | native | failed
+        self.reason = {"off": "jit='off'", "lazy": "lazy JIT: not hot yet"}.get(options.jit, "not compiled yet")
+        self.compile_ms: float | None = None
+        self.cache_hit: bool | None = None
+        self.calls = Counter()
+        self.future: Future | None = None
+        self._lock = threading.Lock()
+        if kind == "epilogue":
+            self._split()
+
+    # ------------------------------------------------------------------ compiling
+    def compile(self) -> None:
+        """Compile now (on the calling thread); on failure keep the reference path and record why."""
+        start = time.perf_counter()
+        try:
+            kernel = self._build()
+        except CompileError as exc:
+            self.reason = str(exc)
+            self.status = "failed"
+            self.on_failure(self)
+            return
+        finally:
+            self.compile_ms = (time.perf_counter() - start) * 1e3
+        self.cache_hit = bool(getattr(kernel, "cache_hit", False))
+        self.reason = f"compiled {getattr(kernel, 'name', 'kernel')}"
+        self.status = "native"
+        self.kernel = kernel
+
+    def _build(self) -> Any:
+        compile_group, _ = codegen()
+        opts = self.options
+        if self.kind != "epilogue":
+            return compile_group(self.body, self.kind, self.input_types, target=opts.target, options=opts,
+                                 cache=opts.cache_dir)
+        if self.split is None:
+            raise CompileError(f"epilogue group {self.name!r} could not be split: {self.split_error}")
+        ew = self.split.elementwise
+        return compile_group(ew, "elementwise", [n.output_types[0] for n in ew.inputs], target=opts.target,
+                             options=opts, cache=opts.cache_dir)
+
+    def _split(self) -> None:
+        try:
+            _, split_epilogue = codegen()
+            self.split = EpilogueSplit(self.body, *split_epilogue(self.body))
+        except CompileError as exc:
+            self.split_error = str(exc)
+
+    def schedule(self) -> Future:
+        """Compile on the background JIT thread (once)."""
+        with self._lock:
+            if self.future is None:
+                self.status = "compiling"
+                self.future = jit_pool().submit(self.compile)
+            return self.future
+
+    # ------------------------------------------------------------------ running
+    def run_reference(self, ins: list, outs: list) -> list:
+        n = self.calls.incr()
+        if n == self.options.hot_threshold and self.options.jit == "lazy":
+            self.schedule()
+        results = run_graph(self.body, ins)
+        for port, (out, res) in enumerate(zip(outs, results)):
+            if out.shape != res.shape:
+                raise ExecutionError(f"fused group {self.name!r}: body output {port} has shape "
+                                     f"{list(res.shape)}, planned {list(out.shape)}")
+            np.copyto(out, res)
+        return outs
+
+
+class EpilogueSplit:
+    """An epilogue group cut in two: the contraction (a library kernel) and the elementwise part (generated).
+
+    ``c_sources`` gives, per input port of the contraction op, a group input index or a constant array;
+    ``ew_sources`` gives, per input of the elementwise body, a group input index or "acc" (the contraction).
+    """
+
+    def __init__(self, body: Graph, contraction: Graph, elementwise: Graph):
+        self.contraction = contraction
+        self.elementwise = elementwise
+        ops = contraction.ops()
+        if len(ops) != 1:
+            raise CompileError(f"contraction part has {len(ops)} ops, expected 1")
+        self.node = ops[0]
+        group_inputs = {n.name: i for i, n in enumerate(body.inputs)}
+        self.c_sources: list[Any] = []
+        for v in contraction.inputs_of(self.node):
+            producer = None if v is None else contraction.node(v)
+            if producer is None:
+                self.c_sources.append(None)
+            elif producer.op == "Constant":
+                self.c_sources.append(contraction.const_value(v))
+            elif producer.name in group_inputs:
+                self.c_sources.append(group_inputs[producer.name])
+            else:
+                raise CompileError(f"contraction input {producer.name!r} is not a group input")
+        acc_names = {name for _, name in contraction.outputs}
+        self.ew_sources: list[Any] = []
+        for node in elementwise.inputs:
+            if node.name in acc_names:
+                self.ew_sources.append("acc")
+            elif node.name in group_inputs:
+                self.ew_sources.append(group_inputs[node.name])
+            else:
+                raise CompileError(f"epilogue input {node.name!r} is neither a group input nor the contraction")
+
+    def bind(self, in_types: list[TensorType | None], out_types: list[TensorType | None],
+             options: CompileOptions) -> tuple[Bound, bool]:
+        """The contraction bound to concrete types, and whether it can write straight into output 0."""
+        types = [TensorType.of(s) if isinstance(s, np.ndarray) else None if s is None else in_types[s]
+                 for s in self.c_sources]
+        typed = self.contraction.copy()
+        for v, t in zip(typed.inputs_of(self.node), types):
+            if v is not None:
+                typed.set_type(v, t)
+        typed.infer_node(typed.node(self.node.id))
+        acc_type = typed.node(self.node.id).output_types[0]
+        impl = library_impl(self.node.op, self.node.attrs, self.node.num_outputs, options)
+        if impl is None:
+            raise NotNative(f"no library kernel for contraction {self.node.op}")
+        bound = impl.bind(types, [acc_type])
+        in_place = len(self.elementwise.outputs) == 1 and acc_type == out_types[0]
+        if not in_place:
+            static_shapes([acc_type], "contraction output")
+            bound = Bound(bound.fn, bound.workspace + [(tuple(acc_type.shape), np.dtype(acc_type.dtype))],
+                          bound.note)
+        return bound, in_place
+
+
+class FusedImpl(Impl):
+    """A ``tlc.Fused`` step: whatever kernel its ``GroupState`` holds at the moment of each call."""
+
+    def __init__(self, state: GroupState):
+        self.state = state
+
+    @property
+    def mode(self) -> str:  # type: ignore[override]
+        return "native" if self.state.kernel is not None else "reference"
+
+    @property
+    def reason(self) -> str:  # type: ignore[override]
+        return self.state.reason
+
+    @property
+    def inplace(self) -> bool:  # type: ignore[override]
+        return self.state.kind == "elementwise"
+
+    def bind(self, in_types, out_types) -> Bound:
+        static_shapes(out_types, "output")
+        state = self.state
+        split = state.split
+        if split is None:
+            def fn(ins, outs, work):
+                kernel = state.kernel
+                if kernel is None:
+                    return state.run_reference(ins, outs)
+                kernel([a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins], outs)
+                return outs
+
+            return Bound(fn)
+        cbound, in_place = split.bind(in_types, out_types, state.options)
+        c_sources, ew_sources, cfn = split.c_sources, split.ew_sources, cbound.fn
+
+        def fn_epilogue(ins, outs, work):
+            kernel = state.kernel
+            if kernel is None:
+                return state.run_reference(ins, outs)
+            acc = outs[0] if in_place else work[-1]
+            cfn([s if not isinstance(s, int) else ins[s] for s in c_sources], [acc], work)
+            ew_ins = [acc if s == "acc" else ins[s] for s in ew_sources]
+            kernel([a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ew_ins], outs)
+            return outs
+
+        return Bound(fn_epilogue, cbound.workspace, cbound.note)

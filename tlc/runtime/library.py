@@ -1,0 +1,272 @@
+"""Library kernels for single ops: which ops have a native implementation, and how each binds to shapes.
+
+``LIBRARY`` maps an op to a factory ``(attrs, num_outputs, options) -> Impl`` (it raises ``NotNative`` with a
+reason when the node's attributes are outside what the kernel does). The kernels themselves live in
+``tlc.kernels.lib_gemm``/``lib_conv``/``lib_pool``; this module reads ONNX attributes and shapes for them.
+Ops not listed here (and not single-ufunc elementwise ops, see ``impl.ufunc_impl``) run their reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ir.types import np_dtype
+from ..kernels import lib_conv, lib_gemm, lib_pool
+from .impl import Bound, Impl, NotNative, ViewImpl, static_shapes
+from .options import CompileOptions
+
+
+def _spatial(attrs: dict[str, Any], key: str, rank: int, default: int) -> tuple[int, ...]:
+    value = attrs.get(key)
+    return tuple(int(v) for v in value) if value else (default,) * rank
+
+
+def resolve_pads(attrs: dict[str, Any], in_hw: tuple[int, ...], out_hw: tuple[int, ...], kernel: tuple[int, ...],
+                 strides: tuple[int, ...], dilations: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(pads before, pads after) per spatial axis, from explicit ``pads`` or ONNX ``auto_pad``."""
+    rank = len(in_hw)
+    auto = attrs.get("auto_pad") or "NOTSET"
+    if auto == "NOTSET":
+        pads = _spatial(attrs, "pads", 2 * rank, 0)
+        return pads[:rank], pads[rank:]
+    if auto == "VALID":
+        return (0,) * rank, (0,) * rank
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise NotNative(f"auto_pad {auto!r} is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER")
+    total = [max(0, (o - 1) * s + (k - 1) * d + 1 - i)
+             for i, o, k, s, d in zip(in_hw, out_hw, kernel, strides, dilations)]
+    small = [t // 2 for t in total]
+    big = [t - t // 2 for t in total]
+    return (tuple(small), tuple(big)) if auto == "SAME_UPPER" else (tuple(big), tuple(small))
+
+
+class MatMulImpl(Impl):
+    reason = "BLAS matmul"
+
+    def bind(self, in_types, out_types) -> Bound:
+        static_shapes(out_types, "output")
+        return Bound(lambda ins, outs, work: [lib_gemm.matmul(ins[0], ins[1], outs[0])])
+
+
+class GemmImpl(Impl):
+    reason = "BLAS gemm"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.kw = {"alpha": float(attrs.get("alpha", 1.0)), "beta": float(attrs.get("beta", 1.0)),
+                   "trans_a": int(attrs.get("transA", 0)), "trans_b": int(attrs.get("transB", 0))}
+
+    def bind(self, in_types, out_types) -> Bound:
+        static_shapes(out_types, "output")
+        kw = self.kw
+        return Bound(lambda ins, outs, work: [
+            lib_gemm.gemm(ins[0], ins[1], ins[2] if len(ins) > 2 else None, outs[0], **kw)])
+
+
+class ConvImpl(Impl):
+    def __init__(self, attrs: dict[str, Any], allow_numba: bool, eager: bool):
+        self.attrs = attrs
+        self.allow_numba = allow_numba
+        self.eager = eager
+        self.reason = "conv: im2col/BLAS, GEMM, or direct Numba, chosen per shape"
+
+    def bind(self, in_types, out_types) -> Bound:
+        x, w, *_ = static_shapes(in_types, "input")
+        (y,) = static_shapes(out_types, "output")
+        if len(x) != 4:
+            raise NotNative(f"only 2-D convolutions are native (input rank {len(x)})")
+        strides = _spatial(self.attrs, "strides", 2, 1)
+        dilations = _spatial(self.attrs, "dilations", 2, 1)
+        begin, _ = resolve_pads(self.attrs, x[2:], y[2:], w[2:], strides, dilations)
+        geo = lib_conv.geometry(x, w, y, strides, begin, dilations, int(self.attrs.get("group", 1)))
+        algo = lib_conv.choose_algorithm(geo, self.allow_numba)
+        dtype = np_dtype(in_types[0].dtype)
+        if algo == "direct" and self.eager:
+            _warm_direct(dtype)
+
+        def fn(ins, outs, work):
+            b = ins[2] if len(ins) > 2 else None
+            return [lib_conv.run(algo, ins[0], ins[1], b, outs[0], geo, work)]
+
+        return Bound(fn, [(s, dtype) for s in lib_conv.workspace(geo, algo)], algo)
+
+
+def _warm_direct(dtype: np.dtype) -> None:
+    """Compile the direct conv kernel now (eager JIT) so the first run pays nothing."""
+    x = np.zeros((1, 1, 1, 1), dtype)
+    lib_conv.direct_kernel()(x, x.copy(), np.zeros(1, dtype), x.copy(), 1, 1, 1, 1, 0, 0, 1)
+
+
+class PoolImpl(Impl):
+    def __init__(self, attrs: dict[str, Any], reduce: str):
+        self.attrs = attrs
+        self.reduce = reduce
+        self.reason = f"{reduce} pool: strided taps"
+        if reduce == "avg" and any(d != 1 for d in attrs.get("dilations") or ()):
+            raise NotNative("AveragePool with dilations is not native")
+
+    def bind(self, in_types, out_types) -> Bound:
+        (x,) = static_shapes(in_types[:1], "input")
+        (y,) = static_shapes(out_types, "output")
+        if len(x) != 4:
+            raise NotNative(f"only 2-D pooling is native (input rank {len(x)})")
+        kernel = tuple(int(k) for k in self.attrs["kernel_shape"])
+        strides = _spatial(self.attrs, "strides", 2, 1)
+        dilations = _spatial(self.attrs, "dilations", 2, 1)
+        begin, end = resolve_pads(self.attrs, x[2:], y[2:], kernel, strides, dilations)
+        geo = lib_pool.PoolGeometry(*x, *kernel, *y[2:], *strides, *dilations, *begin, *end)
+        dtype = np_dtype(in_types[0].dtype)
+        work = [(s, dtype) for s in lib_pool.workspace(geo)]
+        if self.reduce == "max":
+            return Bound(lambda ins, outs, w: [lib_pool.max_pool(ins[0], outs[0], geo, w)], work)
+        divisor = lib_pool.avg_divisor(geo, bool(self.attrs.get("count_include_pad", 0)), dtype)
+        return Bound(lambda ins, outs, w: [lib_pool.avg_pool(ins[0], outs[0], geo, w, divisor)], work)
+
+
+class GlobalPoolImpl(Impl):
+    def __init__(self, reduce: str):
+        self.reduce = reduce
+        self.reason = f"numpy {reduce}"
+
+    def bind(self, in_types, out_types) -> Bound:
+        static_shapes(out_types, "output")
+        reduce = self.reduce
+        return Bound(lambda ins, outs, work: [lib_pool.global_pool(ins[0], outs[0], reduce)])
+
+
+class LRNImpl(Impl):
+    reason = "numpy channel taps"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.kw = {"size": int(attrs["size"]), "alpha": float(attrs.get("alpha", 1e-4)),
+                   "beta": float(attrs.get("beta", 0.75)), "bias": float(attrs.get("bias", 1.0))}
+
+    def bind(self, in_types, out_types) -> Bound:
+        (x,) = static_shapes(in_types, "input")
+        work = [(s, np_dtype(in_types[0].dtype)) for s in lib_pool.lrn_workspace(x, self.kw["size"])]
+        kw = self.kw
+        return Bound(lambda ins, outs, w: [lib_pool.lrn(ins[0], outs[0], w, **kw)], work)
+
+
+class BatchNormImpl(Impl):
+    """Inference BatchNormalization: ``x * a + b`` with per-channel a, b (elementwise in x: may run in place)."""
+
+    reason = "numpy scale-shift"
+    inplace = True
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.epsilon = float(attrs.get("epsilon", 1e-5))
+
+    def bind(self, in_types, out_types) -> Bound:
+        (y,) = static_shapes(out_types, "output")
+        bshape = (-1,) + (1,) * (len(y) - 2)
+        eps = self.epsilon
+
+        def fn(ins, outs, work):
+            x, scale, bias, mean, var = ins[:5]
+            a = scale / np.sqrt(var + var.dtype.type(eps))
+            np.multiply(x, a.reshape(bshape), out=outs[0])
+            np.add(outs[0], (bias - mean * a).reshape(bshape), out=outs[0])
+            return outs
+
+        return Bound(fn)
+
+
+class SoftmaxImpl(Impl):
+    """Softmax along one axis (opset 13): max, subtract, exp, sum, divide, all into the output."""
+
+    reason = "numpy, in place in the output"
+    inplace = True
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.axis = int(attrs.get("axis", -1))
+
+    def bind(self, in_types, out_types) -> Bound:
+        static_shapes(out_types, "output")
+        axis = self.axis
+
+        def fn(ins, outs, work):
+            x, out = ins[0], outs[0]
+            m = np.max(x, axis=axis, keepdims=True)
+            np.subtract(x, m, out=out)
+            np.exp(out, out=out)
+            np.divide(out, np.sum(out, axis=axis, keepdims=True), out=out)
+            return outs
+
+        return Bound(fn)
+
+
+class ConcatImpl(Impl):
+    reason = "numpy concatenate"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.axis = int(attrs["axis"])
+
+    def bind(self, in_types, out_types) -> Bound:
+        static_shapes(out_types, "output")
+        axis = self.axis
+        return Bound(lambda ins, outs, work: [np.concatenate(ins, axis=axis, out=outs[0])])
+
+
+class TransposeImpl(Impl):
+    reason = "numpy copy of a transposed view"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.perm = attrs.get("perm")
+
+    def bind(self, in_types, out_types) -> Bound:
+        static_shapes(out_types, "output")
+        perm = tuple(self.perm) if self.perm else None
+
+        def fn(ins, outs, work):
+            np.copyto(outs[0], np.transpose(ins[0], perm))
+            return outs
+
+        return Bound(fn)
+
+
+def _single_output(make: Callable[..., Impl]) -> Callable[..., Impl]:
+    def factory(attrs, num_outputs, options):
+        if num_outputs != 1:
+            raise NotNative(f"only the single-output form is native ({num_outputs} outputs)")
+        return make(attrs, options)
+
+    return factory
+
+
+def _batchnorm(attrs, options):
+    if attrs.get("training_mode"):
+        raise NotNative("training_mode BatchNormalization is not native")
+    return BatchNormImpl(attrs)
+
+
+def _conv(attrs, options: CompileOptions):
+    return ConvImpl(attrs, allow_numba=options.jit != "off", eager=options.jit == "eager")
+
+
+_view = _single_output(lambda attrs, options: ViewImpl())
+
+#: op name (default domain) -> factory(attrs, num_outputs, options) -> Impl
+LIBRARY: dict[str, Callable[[dict[str, Any], int, CompileOptions], Impl]] = {
+    "MatMul": _single_output(lambda attrs, options: MatMulImpl()),
+    "Gemm": _single_output(lambda attrs, options: GemmImpl(attrs)),
+    "Conv": _single_output(_conv),
+    "MaxPool": _single_output(lambda attrs, options: PoolImpl(attrs, "max")),
+    "AveragePool": _single_output(lambda attrs, options: PoolImpl(attrs, "avg")),
+    "GlobalAveragePool": _single_output(lambda attrs, options: GlobalPoolImpl("mean")),
+    "GlobalMaxPool": _single_output(lambda attrs, options: GlobalPoolImpl("max")),
+    "LRN": _single_output(lambda attrs, options: LRNImpl(attrs)),
+    "BatchNormalization": _single_output(_batchnorm),
+    "Softmax": _single_output(lambda attrs, options: SoftmaxImpl(attrs)),
+    "Concat": _single_output(lambda attrs, options: ConcatImpl(attrs)),
+    "Transpose": _single_output(lambda attrs, options: TransposeImpl(attrs)),
+    "Reshape": _view, "Flatten": _view, "Squeeze": _view, "Unsqueeze": _view, "Identity": _view,
+}
+
+
+def library_impl(op: str, attrs: dict[str, Any], num_outputs: int, options: CompileOptions) -> Impl | None:
+    """The library Impl for ``op`` or None when it has none; NotNative when the attributes rule it out."""
+    factory = LIBRARY.get(op)
+    return None if factory is None else factory(attrs, num_outputs, options)
