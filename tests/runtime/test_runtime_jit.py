@@ -1,0 +1,141 @@
+"""Fused steps: eager and lazy JIT through a stand-in code generator, swaps under load, failures, epilogues."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from runtime_graphs import FakeCodegen, epilogue_graph, fused_graph
+
+import tlc
+from tlc.runtime import compile, fused
+
+
+@pytest.fixture
+def codegen(monkeypatch):
+    fake = FakeCodegen()
+    monkeypatch.setattr(fused, "codegen", fake)
+    return fake
+
+
+def reference(graph, x):
+    return tlc.reference.run(graph, {"x": x})
+
+
+def assert_close(got, want):
+    assert list(got) == list(want)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_eager_compiles_in_compile_and_runs_in_place(codegen, rng):
+    g = fused_graph()
+    plan = compile(g, jit="eager")
+    (kernel,) = codegen.kernels
+    assert kernel.kind == "elementwise"
+    x = rng.standard_normal((6, 4), dtype=np.float32)
+    assert_close(plan.run({"x": x}), reference(g, x))
+    assert kernel.calls == 1
+    (row,) = [s for s in plan.stats().steps if s.op == "tlc.Fused[elementwise]"]
+    assert row.mode == "native" and row.reason == "compiled fake_elementwise" and row.cache_hit is False
+    assert row.compile_ms is not None and row.reference_calls == 0
+    # both group inputs die at the group: its output takes one of their buffers
+    (spec,) = plan._specs.values()
+    assert any(plan.program.steps[t].label.startswith("tlc.Fused") for t, _, _ in spec.memory.inplace)
+
+
+def test_lazy_swaps_in_after_hot_threshold(codegen, rng):
+    g = fused_graph()
+    plan = compile(g, jit="lazy", hot_threshold=3)
+    assert codegen.kernels == []
+    x = rng.standard_normal((3, 4), dtype=np.float32)
+    want = reference(g, x)
+    for _ in range(2):
+        assert_close(plan.run({"x": x}), want)
+    assert plan.groups[0].future is None and plan.stats().steps[2].mode == "reference"
+    assert_close(plan.run({"x": x}), want)                  # the third call schedules the compile
+    assert plan.wait_for_jit(timeout=30)
+    (kernel,) = codegen.kernels
+    assert codegen.threads == ["tlc-jit_0"]                 # compiled on the background JIT thread
+    assert_close(plan.run({"x": x}), want)
+    assert kernel.calls == 1
+    row = plan.stats().steps[2]
+    assert row.mode == "native" and row.reference_calls == 3 and row.calls == 4
+
+
+def test_concurrent_runs_during_the_swap(monkeypatch, rng):
+    fake = FakeCodegen(delay=0.2)
+    monkeypatch.setattr(fused, "codegen", fake)
+    g = fused_graph()
+    plan = compile(g, jit="lazy", hot_threshold=2)
+    inputs = [rng.standard_normal((1 + i, 4), dtype=np.float32) for i in range(8)]
+    wants = [reference(g, x) for x in inputs]
+    errors: list[BaseException] = []
+    runs = [0] * 8
+    state = plan.groups[0]
+
+    def worker(i):
+        # run until the kernel is swapped in (while the JIT thread compiles), then 10 runs more
+        try:
+            after = 0
+            while after < 10 and runs[i] < 100_000:
+                native = state.kernel is not None
+                assert_close(plan.run({"x": inputs[i]}), wants[i])
+                runs[i] += 1
+                after += native
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert plan.wait_for_jit(timeout=30)
+    (kernel,) = fake.kernels                               # compiled exactly once
+    row = plan.stats().steps[2]
+    assert row.calls == sum(runs) and row.reference_calls + kernel.calls == sum(runs)
+    assert kernel.calls >= 80 and row.reference_calls >= 2
+
+
+def test_failed_compile_warns_once_and_says_why(monkeypatch, rng):
+    monkeypatch.setattr(fused, "codegen", FakeCodegen(fail="unsupported primitive 'erf' on cuda"))
+    g = fused_graph(n_outputs=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = compile(g, jit="eager")
+        plan.run({"x": np.ones((2, 4), np.float32)})
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "unsupported primitive 'erf'" in msgs[0]
+    row = plan.stats().steps[2]
+    assert row.mode == "reference" and "unsupported primitive" in row.reason
+    assert plan.stats().totals["groups_failed"] == 1
+    x = rng.standard_normal((2, 4), dtype=np.float32)
+    assert_close(plan.run({"x": x}), reference(g, x))
+
+
+def test_jit_off_never_compiles(codegen, rng):
+    g = fused_graph()
+    plan = compile(g, jit="off", hot_threshold=1)
+    x = rng.standard_normal((2, 4), dtype=np.float32)
+    for _ in range(3):
+        assert_close(plan.run({"x": x}), reference(g, x))
+    assert codegen.kernels == [] and plan.stats().steps[2].reason == "jit='off'"
+
+
+@pytest.mark.parametrize("jit", ["eager", "lazy"])
+def test_epilogue_runs_contraction_then_elementwise_in_place(codegen, jit, rng):
+    g = epilogue_graph()
+    plan = compile(g, jit=jit, hot_threshold=1)
+    x = rng.standard_normal((5, 8), dtype=np.float32)
+    want = reference(g, x)
+    assert_close(plan.run({"x": x}), want)
+    plan.wait_for_jit(timeout=30)
+    assert_close(plan.run({"x": x}), want)
+    (kernel,) = codegen.kernels
+    assert kernel.kind == "elementwise" and kernel.calls == (2 if jit == "eager" else 1)
+    assert [n.op for n in kernel.body.ops()] == ["Add", "Relu"]   # the MatMul ran as a library kernel
+    assert plan.stats().steps[0].mode == "native"

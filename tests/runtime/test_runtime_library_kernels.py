@@ -1,0 +1,187 @@
+"""Library kernels (GEMM, conv, pooling, LRN, BatchNorm, ...) against onnxruntime, one ONNX node at a time.
+
+Each case binds the runtime's library Impl to the shapes onnxruntime produced, runs it into preallocated
+outputs and scratch arrays, and compares. This needs no op registry entry, so it covers ops before they land.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from tlc.ir.types import TensorType
+from tlc.kernels import lib_conv
+from tlc.runtime.impl import NotNative
+from tlc.runtime.library import library_impl
+from tlc.runtime.options import CompileOptions
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def run_ort(op: str, inputs: list[np.ndarray | None], attrs: dict, opset: int = 17) -> list[np.ndarray]:
+    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "case",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in zip(names, inputs) if a is not None],
+        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(inputs[0].dtype), None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, {n: a for n, a in zip(names, inputs) if a is not None})
+
+
+def run_library(op: str, inputs: list[np.ndarray | None], attrs: dict, out_shape, jit: str = "eager",
+                inplace_input: int | None = None) -> tuple[np.ndarray, str]:
+    impl = library_impl(op, attrs, 1, CompileOptions(jit=jit))
+    in_types = [None if a is None else TensorType.of(a) for a in inputs]
+    out_type = TensorType(in_types[0].dtype, tuple(out_shape))
+    bound = impl.bind(in_types, [out_type])
+    work = [np.full(shape, np.nan if dtype.kind == "f" else 7, dtype) for shape, dtype in bound.workspace]
+    if inplace_input is not None:
+        assert impl.inplace
+        out = inputs[inplace_input] = inputs[inplace_input].copy()
+    else:
+        out = np.full(out_shape, np.nan, dtype=inputs[0].dtype)
+    res = bound.fn(list(inputs), [out], work)
+    assert res[0] is out
+    return out, bound.note
+
+
+def check(op: str, inputs: list, attrs: dict, *, rtol=1e-5, atol=1e-5, **kw) -> str:
+    (want,) = run_ort(op, inputs, attrs)
+    have, note = run_library(op, inputs, attrs, want.shape, **kw)
+    np.testing.assert_allclose(have, want, rtol=rtol, atol=atol)
+    return note
+
+
+CONV_CASES = {
+    # name: (x shape, w shape, attrs, expected algorithm)
+    "1x1": ((2, 16, 9, 9), (24, 16, 1, 1), {}, "gemm1x1"),
+    "1x1-stride2": ((1, 16, 9, 9), (8, 16, 1, 1), {"strides": [2, 2]}, "gemm1x1"),
+    "3x3-pad1": ((2, 8, 10, 10), (12, 8, 3, 3), {"pads": [1, 1, 1, 1]}, "im2col"),
+    "7x7-stride2-pad3": ((1, 3, 23, 23), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, "im2col"),
+    "3x3-stride2-asym": ((1, 4, 11, 12), (6, 4, 3, 3), {"strides": [2, 2], "pads": [0, 1, 2, 1]}, "im2col"),
+    "dilated": ((1, 4, 13, 13), (5, 4, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}, "im2col"),
+    "grouped": ((1, 8, 7, 7), (6, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, "im2col"),
+    "same-upper": ((1, 4, 9, 9), (4, 4, 4, 4), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}, "im2col"),
+    "depthwise": ((2, 8, 12, 12), (8, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}, "direct"),
+    "depthwise-stride2": ((1, 6, 13, 13), (6, 1, 5, 5), {"group": 6, "strides": [2, 2], "pads": [2, 2, 2, 2]},
+                          "direct"),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("name", list(CONV_CASES))
+def test_conv_matches_onnxruntime(name, bias, rng):
+    xs, ws, attrs, algo = CONV_CASES[name]
+    x = rng.standard_normal(xs, dtype=np.float32)
+    w = rng.standard_normal(ws, dtype=np.float32)
+    b = rng.standard_normal(ws[0], dtype=np.float32) if bias else None
+    inputs = [x, w] + ([b] if bias else [])
+    assert check("Conv", inputs, attrs, rtol=1e-4, atol=1e-4) == algo
+    if algo == "direct":   # the no-JIT path for depthwise convs
+        assert check("Conv", inputs, attrs, rtol=1e-4, atol=1e-4, jit="off") == "depthwise_taps"
+
+
+@pytest.mark.parametrize("algo", [a for a in lib_conv.ALGORITHMS if a != "gemm1x1"])
+def test_every_conv_algorithm_on_a_depthwise_shape(algo, rng):
+    """All kernels agree where they all apply (a depthwise 3x3), so the choice is only about speed."""
+    x = rng.standard_normal((1, 4, 8, 8), dtype=np.float32)
+    w = rng.standard_normal((4, 1, 3, 3), dtype=np.float32)
+    b = rng.standard_normal(4, dtype=np.float32)
+    (want,) = run_ort("Conv", [x, w, b], {"group": 4, "pads": [1, 1, 1, 1]})
+    geo = lib_conv.geometry(x.shape, w.shape, want.shape, (1, 1), (1, 1), (1, 1), 4)
+    out = np.empty_like(want)
+    work = [np.empty(s, np.float32) for s in lib_conv.workspace(geo, algo)]
+    lib_conv.run(algo, x, w, b, out, geo, work)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+POOL_CASES = {
+    "max-3x3-s2-p1": ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    "max-2x2": ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    "max-ceil": ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    "max-dilated": ("MaxPool", {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [1, 0, 1, 0]}),
+    "avg-exclude-pad": ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+    "avg-include-pad": ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                        "count_include_pad": 1}),
+    "avg-ceil": ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    "avg-same-upper": ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+}
+
+
+@pytest.mark.parametrize("name", list(POOL_CASES))
+def test_pool_matches_onnxruntime(name, rng):
+    op, attrs = POOL_CASES[name]
+    x = rng.standard_normal((2, 3, 11, 10), dtype=np.float32)
+    check(op, [x], attrs)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pool(op, rng):
+    check(op, [rng.standard_normal((2, 5, 7, 6), dtype=np.float32)], {})
+
+
+def test_lrn(rng):
+    x = rng.standard_normal((2, 7, 5, 4), dtype=np.float32)
+    check("LRN", [x], {"size": 5, "alpha": 1e-2, "beta": 0.75, "bias": 2.0})
+    # onnxruntime takes odd sizes only: check an even one against the ONNX spec's formula written out
+    have, _ = run_library("LRN", [x], {"size": 4}, x.shape)
+    sq = np.zeros_like(x)
+    for c in range(x.shape[1]):
+        lo, hi = max(0, c - 1), min(x.shape[1] - 1, c + 2)   # floor((4-1)/2) before, ceil((4-1)/2) after
+        sq[:, c] = (x[:, lo:hi + 1] ** 2).sum(axis=1)
+    np.testing.assert_allclose(have, x / (1.0 + 1e-4 / 4 * sq) ** 0.75, rtol=1e-5)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_batchnorm(inplace, rng):
+    x = rng.standard_normal((2, 4, 5, 5), dtype=np.float32)
+    scale, bias, mean = (rng.standard_normal(4, dtype=np.float32) for _ in range(3))
+    var = rng.random(4, dtype=np.float32) + 0.5
+    check("BatchNormalization", [x, scale, bias, mean, var], {"epsilon": 1e-3},
+          inplace_input=0 if inplace else None)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"transA": 1}, {"transB": 1, "alpha": 0.5, "beta": 2.0},
+                                   {"transA": 1, "transB": 1, "beta": 0.0}])
+def test_gemm(attrs, rng):
+    a = rng.standard_normal((6, 5) if attrs.get("transA") else (5, 6), dtype=np.float32)
+    b = rng.standard_normal((7, 6) if attrs.get("transB") else (6, 7), dtype=np.float32)
+    c = rng.standard_normal((7,), dtype=np.float32)
+    check("Gemm", [a, b, c], attrs)
+    check("Gemm", [a, b], attrs)
+
+
+def test_matmul_batched_and_broadcast(rng):
+    check("MatMul", [rng.standard_normal((2, 3, 4, 5), dtype=np.float32),
+                     rng.standard_normal((5, 6), dtype=np.float32)], {})
+    check("MatMul", [rng.standard_normal((4,), dtype=np.float32), rng.standard_normal((2, 4, 3), dtype=np.float32)], {})
+
+
+def test_softmax_concat_transpose(rng):
+    x = rng.standard_normal((3, 4, 5), dtype=np.float32)
+    check("Softmax", [x], {"axis": 1})
+    check("Softmax", [x], {"axis": -1}, inplace_input=0)
+    check("Concat", [x, x[:, :2] * 2, x[:, :1]], {"axis": 1})
+    check("Transpose", [x], {"perm": [2, 0, 1]})
+    check("Transpose", [x], {})
+
+
+def test_not_native_reasons():
+    with pytest.raises(NotNative, match="single-output"):
+        library_impl("MaxPool", {"kernel_shape": [2, 2]}, 2, CompileOptions())
+    with pytest.raises(NotNative, match="training_mode"):
+        library_impl("BatchNormalization", {"training_mode": 1}, 1, CompileOptions())
+    impl = library_impl("Conv", {}, 1, CompileOptions())
+    x, w = TensorType("float32", (1, 2, 8)), TensorType("float32", (3, 2, 3))
+    with pytest.raises(NotNative, match="2-D"):
+        impl.bind([x, w], [TensorType("float32", (1, 3, 6))])
+    with pytest.raises(NotNative, match="static shape"):
+        impl.bind([TensorType("float32", ("N", 2, 8, 8)), TensorType("float32", (3, 2, 3, 3))],
+                  [TensorType("float32", ("N", 3, 6, 6))])
+    assert library_impl("Gather", {}, 1, CompileOptions()) is None
+    assert onnx  # the module is used for building cases

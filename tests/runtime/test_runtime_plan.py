@@ -1,0 +1,209 @@
+"""Compiled plans against the reference executor: shapes, aliasing, buffer reuse, threads, feeds, stats."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from runtime_graphs import fused_graph
+
+import tlc
+from tlc.runtime import CompileOptions, compile
+
+
+def assert_same(plan, graph, feeds):
+    got = plan.run(feeds)
+    want = tlc.reference.run(graph, feeds)
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=name)
+    return got
+
+
+def mlp(batch="N") -> tlc.Graph:
+    rng = np.random.default_rng(3)
+    g = tlc.Graph("mlp")
+    x = g.input("x", "float32", (batch, 16))
+    w1 = g.constant(rng.standard_normal((16, 32)).astype(np.float32), name="w1")
+    b1 = g.constant(rng.standard_normal(32).astype(np.float32), name="b1")
+    w2 = g.constant(rng.standard_normal((32, 8)).astype(np.float32), name="w2")
+    h = g.add_node("Relu", [g.add_node("Add", [g.add_node("MatMul", [x, w1]), b1])])
+    s = g.add_node("Sigmoid", [h])                       # no ufunc path: the reference runs it
+    logits = g.add_node("MatMul", [g.add_node("Mul", [h, s]), w2])
+    flat = g.add_node("Reshape", [logits, g.constant(np.array([-1], np.int64), name="flat")])
+    g.output(g.add_node("Softmax", [logits], axis=-1), "probs")
+    g.output(flat, "flat")
+    return g
+
+
+def many_temporaries() -> tlc.Graph:
+    """Twelve [64, 64] temporaries with overlapping lifetimes: slots must be reused without clobbering."""
+    g = tlc.Graph("temps")
+    x = g.input("x", "float32", (64, 64))
+    y = g.input("y", "float32", (64, 64))
+    vals = [x, y]
+    for i in range(12):
+        a, b = vals[-1], vals[-3] if len(vals) >= 3 else vals[0]
+        op = ("Add", "Mul", "Sub", "Max")[i % 4]
+        vals.append(g.add_node(op, [a, b]))
+    g.output(g.add_node("Add", [vals[-1], vals[4]]), "out")
+    g.output(vals[7], "mid")
+    return g
+
+
+@pytest.mark.parametrize("jit", ["eager", "off"])
+def test_mlp_symbolic_batch_two_sizes(jit, rng):
+    g = mlp()
+    plan = compile(g, jit=jit)
+    for batch in (3, 17, 3):
+        assert_same(plan, g, {"x": rng.standard_normal((batch, 16), dtype=np.float32)})
+    sigs = [s["signature"] for s in plan.stats().specializations]
+    assert sorted(sigs) == ["x[17, 16]", "x[3, 16]"]          # one specialization per batch size
+
+
+def test_static_graph_is_planned_at_compile_time(rng):
+    g = mlp(batch=4)
+    plan = compile(g)
+    assert [s["signature"] for s in plan.stats().specializations] == ["x[4, 16]"]
+    assert_same(plan, g, {"x": rng.standard_normal((4, 16), dtype=np.float32)})
+
+
+def test_buffer_reuse_never_corrupts(rng):
+    g = many_temporaries()
+    plan = compile(g)
+    feeds = {"x": rng.standard_normal((64, 64), dtype=np.float32), "y": rng.standard_normal((64, 64),
+                                                                                             dtype=np.float32)}
+    for _ in range(3):
+        assert_same(plan, g, feeds)
+    (spec,) = plan.stats().specializations
+    planned = 12 - 1                                         # temporaries not returned (vals[7] is an output)
+    assert spec["slots"] < planned and spec["inplace"] >= 1
+    assert spec["arena_bytes"] <= spec["slots"] * 64 * 64 * 4
+
+
+def test_outputs_never_alias_inputs_constants_or_each_other(rng):
+    g = tlc.Graph("alias")
+    x = g.input("x", "float32", (2, 3))
+    c = g.constant(np.arange(6, dtype=np.float32).reshape(2, 3), name="c")
+    r = g.add_node("Relu", [x])
+    g.output(x, "x_out")                                   # an input as output
+    g.output(c, "c_out")                                   # a constant as output
+    g.output(r, "r")
+    g.output(g.add_node("Identity", [r]), "r_view")        # a view of another output
+    g.output(g.add_node("Reshape", [x, g.constant(np.array([6], np.int64))]), "x_view")
+    plan = compile(g)
+    x0 = rng.standard_normal((2, 3), dtype=np.float32)
+    feeds = {"x": x0.copy()}
+    out = plan.run(feeds)
+    arrays = list(out.values()) + [feeds["x"], g.const_value(c)]
+    for i, a in enumerate(arrays):
+        for b in arrays[i + 1:]:
+            assert not np.shares_memory(a, b)
+    for a in out.values():
+        a[...] = 99.0                                      # the caller owns what it got
+    again = plan.run({"x": x0})
+    np.testing.assert_array_equal(again["x_out"], x0)
+    np.testing.assert_array_equal(again["c_out"], np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(again["r_view"], np.maximum(x0, 0))
+    np.testing.assert_array_equal(feeds["x"], x0)          # the feed was neither returned nor written
+
+
+def test_feed_is_never_written(rng):
+    g = many_temporaries()
+    plan = compile(g)
+    x = rng.standard_normal((64, 64), dtype=np.float32)
+    y = rng.standard_normal((64, 64), dtype=np.float32)
+    xc, yc = x.copy(), y.copy()
+    plan.run({"x": x, "y": y})
+    np.testing.assert_array_equal(x, xc)
+    np.testing.assert_array_equal(y, yc)
+
+
+def test_concurrent_runs_from_eight_threads(rng):
+    g = mlp()
+    plan = compile(g)
+    inputs = [rng.standard_normal((1 + i % 3, 16), dtype=np.float32) for i in range(8)]
+    wants = [tlc.reference.run(g, {"x": x}) for x in inputs]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def worker(i):
+        try:
+            barrier.wait()
+            for _ in range(25):
+                got = plan.run({"x": inputs[i]})
+                for name, want in wants[i].items():
+                    np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert plan.runs == 200
+
+
+def test_feed_errors_are_named(rng):
+    plan = compile(mlp())
+    x = rng.standard_normal((2, 16), dtype=np.float32)
+    with pytest.raises(tlc.InputError, match="unknown input name.*'y'"):
+        plan.run({"x": x, "y": x})
+    with pytest.raises(tlc.InputError, match="missing input"):
+        plan.run({})
+    with pytest.raises(tlc.ShapeMismatchError, match="dim 1 should be 16"):
+        plan.run({"x": x[:, :8]})
+    with pytest.raises(tlc.ShapeMismatchError, match="rank"):
+        plan.run({"x": x[0]})
+    with pytest.raises(tlc.DTypeMismatchError, match="expected dtype float32, got float64"):
+        plan.run({"x": x.astype(np.float64)})
+
+
+def test_multi_output_fused_group_and_reference_path(rng):
+    g = fused_graph(n_outputs=2)
+    with pytest.warns(RuntimeWarning, match="could not be compiled"):
+        plan = compile(g)                                   # no code generator yet on this branch, or a real one
+    x = rng.standard_normal((5, 4), dtype=np.float32)
+    assert_same(plan, g, {"x": x})
+
+
+def test_stats_content(rng):
+    g = mlp()
+    plan = compile(g, jit="off")
+    plan.run({"x": rng.standard_normal((2, 16), dtype=np.float32)})
+    st = plan.stats()
+    by_op = {s.op: s for s in st.steps}
+    assert by_op["MatMul"].mode == "library" and by_op["MatMul"].reason == "BLAS matmul"
+    assert by_op["Sigmoid"].mode == "reference" and "no native kernel for Sigmoid" in by_op["Sigmoid"].reason
+    assert by_op["Reshape"].mode == "view"
+    assert all(s.calls == 1 for s in st.steps)
+    assert st.totals["steps"] == len(st.steps) == 8
+    assert st.totals["reference_steps"] == 1
+    text = str(st)
+    assert "Sigmoid" in text and "reference" in text and "totals:" in text and "x[2, 16]" in text
+    assert st.to_dict()["totals"]["runs"] == 1
+
+
+def test_options_are_validated_and_cuda_is_refused():
+    with pytest.raises(tlc.TlcError, match="jit must be one of"):
+        CompileOptions(jit="sometimes")
+    with pytest.raises(tlc.TlcError, match="num_threads"):
+        CompileOptions(num_threads=0)
+    with pytest.raises(tlc.BackendError, match="not supported by the runtime yet"):
+        compile(mlp(), target="cuda")
+    with pytest.raises(TypeError, match="unknown compile option"):
+        compile(mlp(), nonsense=1)
+    opts = CompileOptions.from_env({"TLC_NUM_THREADS": "1", "TLC_CACHE_DIR": "/tmp/k"}, jit="lazy")
+    assert (opts.num_threads, opts.cache_dir, opts.jit) == (1, "/tmp/k", "lazy")
+    assert CompileOptions.from_env({"TLC_NUM_THREADS": "1"}, num_threads=2).num_threads == 2
+
+
+def test_compile_does_not_change_the_callers_graph(rng):
+    g = mlp()
+    before = str(g.op_counts()), g.structural_hash()
+    compile(g).run({"x": rng.standard_normal((2, 16), dtype=np.float32)})
+    assert (str(g.op_counts()), g.structural_hash()) == before

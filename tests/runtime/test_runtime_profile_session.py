@@ -1,0 +1,139 @@
+"""Profiler exports, InferenceSession against onnxruntime, thread settings, the memory planner's rules."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import tlc
+from tlc.ir.types import TensorType
+from tlc.runtime import InferenceSession, compile, threads
+from tlc.runtime.memory import StepSpec, plan_memory
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def small_graph() -> tlc.Graph:
+    g = tlc.Graph("small")
+    x = g.input("x", "float32", ("N", 4))
+    w = g.constant(np.eye(4, dtype=np.float32) * 2, name="w")
+    h = g.add_node("MatMul", [x, w])
+    g.output(g.add_node("Softmax", [g.add_node("Tanh", [h])]), "y")
+    return g
+
+
+def test_profile_table_chrome_trace_and_collapsed(tmp_path, rng):
+    plan = compile(small_graph(), jit="off")
+    x = rng.standard_normal((3, 4), dtype=np.float32)
+    plan.run({"x": x})                                     # not profiled
+    for _ in range(3):
+        plan.run({"x": x}, profile=True)
+    prof = plan.profile()
+    rows = prof.summary()
+    assert {r["op"] for r in rows} == {"MatMul", "Tanh", "Softmax"}
+    assert all(r["calls"] == 3 for r in rows)
+    assert [r["total_ms"] for r in rows] == sorted((r["total_ms"] for r in rows), reverse=True)
+    assert abs(sum(r["percent"] for r in rows) - 100.0) < 1e-6
+    assert "MatMul" in str(prof) and "3 run(s)" in str(prof)
+
+    path = tmp_path / "trace.json"
+    prof.to_chrome_trace(path)
+    with open(path) as f:
+        doc = json.load(f)
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == 3 * (3 + 1)                          # 3 steps and the run itself, 3 runs
+    assert {e["tid"] for e in xs} == {1}
+    steps = [e for e in xs if e["cat"] != "plan"]
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in steps)
+    assert [e["name"] for e in steps[:3]] == ["MatMul", "Tanh", "Softmax"]
+
+    collapsed = tmp_path / "stacks.txt"
+    prof.to_collapsed(collapsed)
+    lines = collapsed.read_text().splitlines()
+    assert sorted(line.rsplit(" ", 1)[0] for line in lines) == [
+        "small;library;MatMul", "small;library;Softmax", "small;library;Tanh"]
+    assert all(int(line.rsplit(" ", 1)[1]) >= 1 for line in lines)
+
+    assert len(plan.profile(reset=True).runs) == 3 and plan.profile().runs == []
+
+
+def write_model(path) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 3], np.linspace(-1, 1, 12).astype(np.float32))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "session_model", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9,
+                              producer_name="tests")
+    onnx.save(model, str(path))
+
+
+def test_inference_session_mirrors_onnxruntime(tmp_path, rng):
+    path = tmp_path / "m.onnx"
+    write_model(path)
+    ours = InferenceSession(str(path))
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for mine, ref in [(ours.get_inputs(), theirs.get_inputs()), (ours.get_outputs(), theirs.get_outputs())]:
+        assert [(a.name, a.shape, a.type) for a in mine] == [(a.name, a.shape, a.type) for a in ref]
+    assert ours.get_providers() == ["CPUExecutionProvider"]
+    assert ours.get_modelmeta().producer_name == "tests"
+    for batch in (1, 5):
+        x = rng.standard_normal((batch, 4), dtype=np.float32)
+        (mine,) = ours.run(None, {"x": x})
+        (ref,) = theirs.run(None, {"x": x})
+        np.testing.assert_allclose(mine, ref, rtol=1e-5, atol=1e-6)
+    assert len(ours.run(["y"], {"x": x})) == 1
+    with pytest.raises(tlc.InputError, match="unknown output name"):
+        ours.run(["nope"], {"x": x})
+    with pytest.raises(tlc.BackendError, match="providers"):
+        InferenceSession(str(path), providers=["TensorrtExecutionProvider"])
+    from_bytes = InferenceSession(path.read_bytes(), jit="off")
+    np.testing.assert_allclose(from_bytes.run(None, {"x": x})[0], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_num_threads_governs_numba_and_blas(rng):
+    numba = pytest.importorskip("numba")
+    plan = compile(small_graph(), num_threads=1)
+    plan.run({"x": rng.standard_normal((2, 4), dtype=np.float32)})
+    assert numba.get_num_threads() == 1
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        assert "threadpoolctl" in plan.stats().totals["blas_note"]
+    else:
+        assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == {1}
+    compile(small_graph()).run({"x": rng.standard_normal((2, 4), dtype=np.float32)})   # back to every core
+    assert numba.get_num_threads() == min(threads.cores(), numba.config.NUMBA_NUM_THREADS)
+
+
+def test_planner_never_writes_in_place_over_a_view_still_read():
+    """Step 1 reads v0 and a view of v0 (step 0's reference output): no in-place into v0 there."""
+    t = TensorType("float32", (4, 4))
+    types = [t, t, t, t]                                  # v0 planned, v1 = view of v0, v2 out, v3 = feed
+    steps = [StepSpec((3,), (0,), True, True, []),        # v0 = f(feed)
+             StepSpec((0,), (1,), False, False, []),      # v1 = view(v0)   (reference: may alias v0)
+             StepSpec((0, 1), (2,), True, True, [])]      # v2 = v0 + v1    (elementwise)
+    plan = plan_memory(steps, types, outputs=set())
+    assert plan.inplace == []
+    assert plan.placement[2] != plan.placement[0]
+    # without the view the output takes v0's buffer
+    alone = plan_memory([steps[0], StepSpec((0, 3), (2,), True, True, [])], types, outputs=set())
+    assert alone.inplace == [(1, 2, 0)] and alone.placement[2] == alone.placement[0]
+
+
+def test_planner_reuses_slots_and_keeps_workspace_apart():
+    t = TensorType("float32", (8,))
+    ws = [((16,), np.dtype("float32"))]
+    steps = [StepSpec((9,), (0,), True, False, []), StepSpec((0,), (1,), True, False, ws),
+             StepSpec((1,), (2,), True, False, []), StepSpec((2,), (3,), True, False, [])]
+    plan = plan_memory(steps, [t] * 4, outputs=set())
+    slot = plan.placement
+    assert slot[0] != slot[1] and slot[1] != slot[2] and slot[2] != slot[3]
+    (work_slot, _, _), = plan.work[1]
+    assert work_slot not in (slot[0], slot[1])            # scratch never overlaps the step's inputs/outputs
+    assert len(plan.slot_bytes) <= 3
