@@ -265,11 +265,13 @@ def markdown(results: list[dict], info: dict, bandwidth: float) -> str:
                 cells.append("-" if s is None else f"{s['median_ms']:.2f} [{s['min_ms']:.2f}-{s['max_ms']:.2f}] "
                                                    f"x{s['ratio_to_ort']:.2f}")
             bound = r.get("bandwidth_bound_ms")
-            lines.append(f"| {r['model']} | " + " | ".join(cells)
-                         + f" | {'-' if bound is None else f'{bound:.2f}'} | {stats['tlc -O2']['max_abs_err_vs_ort']:.1e} |")
+            bound_text = "-" if bound is None else f"{bound:.2f}"
+            err = stats["tlc -O2"]["max_abs_err_vs_ort"]
+            lines.append(f"| {r['model']} | " + " | ".join(cells) + f" | {bound_text} | {err:.1e} |")
         lines.append("")
     lines += ["## Compile time (s) and first call", "",
-              "| model | -O2 compile | -O3 compile | split (-O2) | first call cold | warm | ORT first call | peak RSS MB (tlc cold) |",
+              "| model | -O2 compile | -O3 compile | split (-O2) | first call cold | warm | ORT first call "
+              "| peak RSS MB (tlc cold) |",
               "|---|---|---|---|---|---|---|---|"]
     for r in results:
         stats = r["threads"][threads_all[0]]
