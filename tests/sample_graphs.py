@@ -16,8 +16,9 @@ from tlc.ir.graph import TLC_DOMAIN, Graph
 from tlc.ir.types import DTYPES, TensorType, np_dtype
 from tlc.ops import Trait, all_ops
 
-#: A name no format may trust: quotes, escapes, newlines, code, controls, non-ASCII, a lone surrogate.
-WEIRD = "we\"ird\n\tname \\ __import__('os').system(\"echo pwned\") #x é ✓ \u2028\x00\x01\x7f\r\ud800 end "
+#: A name no format may trust: quotes, escapes, newlines, code, controls, non-ASCII, lone surrogates (also two
+#: that JSON would merge into one character).
+WEIRD = "we\"ird\n\tname \\ __import__('os').system(\"echo pwned\") #x é ✓ \u2028\x00\x01\x7f\r\ud800 \ud83d\ude00 end "
 
 
 def small_arrays() -> list[np.ndarray]:

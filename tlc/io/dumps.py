@@ -36,7 +36,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.text import add_exact_node, format_type, parse_graph, parse_type, print_graph
 from ..ir.types import dtype_name, np_dtype
 
-__all__ = ["read_graphml", "to_dot", "to_graphml", "write_dot", "write_graphml"]
+__all__ = ["from_networkx", "read_graphml", "to_dot", "to_graphml", "to_networkx", "write_dot", "write_graphml"]
 
 # ---------------------------------------------------------------------------- DOT
 _OP_STYLE = {"shape": "box", "style": "rounded,filled", "fillcolor": "#dde8f8", "color": "#1f4e8c"}
@@ -190,7 +190,24 @@ def _unsafe(text: str) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=True)  # ASCII only: always XML-safe; floats as exact repr
+    """JSON of ``value`` with every string made XML-safe; ASCII only; floats in their exact repr."""
+    return json.dumps(_map_strings(value, _safe), ensure_ascii=True)
+
+
+def _unjson(text: str) -> Any:
+    # NOTE: strings go through _safe first because JSON would merge two escaped lone surrogates into one
+    # character, and a round trip must keep them apart.
+    return _map_strings(json.loads(text), _unsafe)
+
+
+def _map_strings(value: Any, fn) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, (list, tuple)):
+        return [_map_strings(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map_strings(v, fn) for k, v in value.items()}
+    return value
 
 
 def _list_to_json(value: Any) -> Any:
@@ -224,7 +241,7 @@ def _tensor_data(array: np.ndarray) -> list:
 
 def _tensor_of(dtype: str, shape: list, data: str) -> np.ndarray:
     if dtype == "string":
-        return np.array(json.loads(data), dtype=object).reshape(shape)
+        return np.array(_unjson(data), dtype=object).reshape(shape)
     flat = np.frombuffer(base64.b64decode(data), dtype=np_dtype(dtype).newbyteorder("<"))
     return flat.astype(np_dtype(dtype)).reshape(shape)
 
@@ -257,11 +274,11 @@ def _attr_of(data: dict[str, Any], key: str, kind: str) -> Any:
     if kind == "string":
         return _unsafe(raw)
     if kind == "tensor":
-        return _tensor_of(data[f"dtype.{key}"], json.loads(data[f"shape.{key}"]), raw)
+        return _tensor_of(data[f"dtype.{key}"], _unjson(data[f"shape.{key}"]), raw)
     if kind == "graph":
         return parse_graph(_unsafe(raw), source=f"graph attribute {key!r}")
     if kind == "list":
-        return _list_from_json(json.loads(raw))
+        return _list_from_json(_unjson(raw))
     raise InvalidModelError(f"unknown attribute kind {kind!r} for attribute {key!r}")
 
 
@@ -323,8 +340,8 @@ def from_networkx(G: nx.MultiDiGraph) -> Graph:
     """The inverse of ``to_networkx``."""
     data = G.graph
     graph = Graph(_unsafe(data.get("name", "")), doc=_unsafe(data.get("doc", "")))
-    graph.opset = dict(json.loads(data["opset"]))
-    graph.metadata = dict(json.loads(data["metadata"]))
+    graph.opset = dict(_unjson(data["opset"]))
+    graph.metadata = dict(_unjson(data["metadata"]))
     graph.producer_name = _unsafe(data.get("producer_name", ""))
     graph.producer_version = _unsafe(data.get("producer_version", ""))
     values: dict[str, list[Value]] = {}
@@ -342,6 +359,6 @@ def from_networkx(G: nx.MultiDiGraph) -> Graph:
                               _unsafe(nd.get("doc", "")))
         values[nid] = node.outputs
     by_index = {nd["index"]: nid for nid, nd in ordered}
-    for index, port, name in json.loads(data["outputs"]):
+    for index, port, name in _unjson(data["outputs"]):
         graph.outputs.append((values[by_index[index]][port], name))
     return graph

@@ -131,7 +131,10 @@ class _Printer:
         if isinstance(value, str):
             return quote(value)
         if isinstance(value, np.ndarray):
-            return self.tensor(value, hint)
+            try:
+                return self.tensor(value, hint)
+            except ValidationError as exc:
+                raise ValidationError(f"node {node.name!r} ({node.qualified_op}), attribute {hint!r}: {exc}") from None
         if isinstance(value, Graph):
             return self.graph(value, indent)
         if isinstance(value, (list, tuple)):
@@ -187,7 +190,8 @@ def parse_graph(text: str, *, tensors: Mapping[str, np.ndarray] | None = None,
     """Parse the text form back into a ``Graph`` (the exact inverse of ``print_graph``).
 
     ``tensors`` supplies the arrays the text refers to as ``@key``. Errors are ``InvalidModelError`` naming
-    ``source:line:column`` and what was expected.
+    ``source:line:column`` (``source`` is the file name when known) and what was expected. Op names and
+    attributes are not checked against the registry here; ``Graph.verify`` does that.
     """
     return Parser(text, tensors, source).parse()
 
