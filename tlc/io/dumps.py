@@ -35,6 +35,7 @@ from ..ir.fileutil import atomic_write
 from ..ir.graph import Graph, Node, Value
 from ..ir.text import add_exact_node, format_type, parse_graph, parse_type, print_graph
 from ..ir.types import dtype_name, np_dtype
+from ..ops import Trait, lookup
 
 __all__ = ["from_networkx", "read_graphml", "to_dot", "to_graphml", "to_networkx", "write_dot", "write_graphml"]
 
@@ -73,6 +74,12 @@ def _is(node: Node, op: str) -> bool:
     return node.domain == "" and node.op == op
 
 
+def _is_cluster(node: Node) -> bool:
+    """A node drawn as a cluster: a subgraph op (asked of the registry) whose ``body`` maps its inputs."""
+    opdef = lookup(node.op, node.domain)
+    return opdef is not None and opdef.has(Trait.SUBGRAPH) and isinstance(node.attrs.get("body"), Graph)
+
+
 _Source = tuple[str, int]  # (DOT node id, output port to label or -1)
 
 
@@ -89,11 +96,12 @@ class _Dot:
         entry: list[str] = []
         for node in graph.nodes():
             nid = f"{prefix}n{node.id}"
-            if _is(node, "Constant") and self._fold_target(graph, node) is not None:
+            target = self._fold_target(graph, node) if _is(node, "Constant") else None
+            if target is not None:
                 const = _show(node.output_names[0] if node.output_names else node.name, 20)
-                folded.setdefault(self._fold_target(graph, node), []).append(f"{const}: {_types(node)}")
+                folded.setdefault(target, []).append(f"{const}: {_types(node)}")
                 continue
-            if node.domain == "tlc" and node.op == "Fused" and isinstance(node.attrs.get("body"), Graph):
+            if _is_cluster(node):
                 self._fused(graph, node, container, prefix, sources)
                 continue
             kind = "input" if _is(node, "Input") else "constant" if _is(node, "Constant") else "op"
@@ -110,8 +118,9 @@ class _Dot:
 
     @staticmethod
     def _fold_target(graph: Graph, node: Node) -> int | None:
+        """The id of the one consumer a constant is folded into, or None when it is drawn on its own."""
         users = graph.users(node.output(0)) if node.num_outputs == 1 else []
-        if len(users) != 1 or graph.is_output(node.output(0)) or users[0][0].domain == "tlc":
+        if len(users) != 1 or graph.is_output(node.output(0)) or _is_cluster(users[0][0]):
             return None
         return users[0][0].id
 
