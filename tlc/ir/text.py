@@ -52,7 +52,8 @@ import numpy as np
 from ..errors import InvalidModelError, ValidationError
 from .fileutil import atomic_write
 from .graph import Graph, Node
-from .text_parser import Parser, add_exact_node, format_name, format_op, format_word, is_word, quote
+from .text_lexer import format_name, format_op, format_word, is_word, quote
+from .text_parser import Parser, add_exact_node
 from .types import TensorType
 
 __all__ = ["add_exact_node", "format_type", "load_text", "parse_graph", "parse_type", "print_graph",

@@ -1,7 +1,6 @@
-"""Lexer and parser of the textual IR (the grammar is documented in ``tlc.ir.text``).
+"""The parser of the textual IR (the grammar is documented in ``tlc.ir.text``).
 
-Also the lexical rules the printer shares (``quote``, ``format_name``, ``is_word``), so that what one side
-writes the other reads, and ``add_exact_node``, which restores a node exactly as it was saved.
+Also ``add_exact_node``, which restores a node exactly as it was saved (the GraphML reader uses it too).
 
 NOTE: the parser never evaluates anything it reads: names and strings become data, never code.
 """
@@ -17,92 +16,8 @@ import numpy as np
 
 from ..errors import InvalidModelError
 from .graph import Graph, Node, Value
+from .text_lexer import INT, Token, tokenize, unquote
 from .types import DTYPES, TensorType, np_dtype
-
-# ---------------------------------------------------------------------------- lexical rules (shared)
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
-_SIGIL_NAME = re.compile(r"[A-Za-z0-9_.]+\Z")
-_OP = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-#: Words that start a trailer or end a graph; an op of the default domain with such a name is quoted.
-RESERVED_OPS = frozenset({"return", "name", "doc"})
-# Characters a string literal escapes: quotes, backslash, controls, and what XML or UTF-8 cannot carry.
-_NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]')
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-_UNESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
-_UNESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def quote(text: str) -> str:
-    """``text`` as a double-quoted string literal (JSON-style escapes; each ``\\uXXXX`` is one code point)."""
-    return '"' + _NEEDS_ESCAPE.sub(lambda m: _SHORT_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"),
-                                   text) + '"'
-
-
-def unquote(literal: str) -> str:
-    body = literal[1:-1]
-    if "\\" not in body:
-        return body
-    return _UNESCAPE.sub(lambda m: chr(int(m.group(1)[1:], 16)) if m.group(1)[0] == "u"
-                         else _UNESCAPES[m.group(1)], body)
-
-
-def is_word(text: str) -> bool:
-    return bool(_WORD.match(text))
-
-
-def format_word(text: str) -> str:
-    """A key, dim symbol or attribute name: bare when it is a plain word, else quoted."""
-    return text if _WORD.match(text) else quote(text)
-
-
-def format_name(sigil: str, name: str) -> str:
-    """``%name`` / ``@name``, quoting names that are not plain (``%"conv1/7x7_s2:0"``)."""
-    return sigil + (name if _SIGIL_NAME.match(name) else quote(name))
-
-
-def format_op(op: str, domain: str) -> str:
-    if _OP.match(op) and (domain == "" and op not in RESERVED_OPS or _WORD.match(domain)):
-        return f"{domain}.{op}" if domain else op
-    return quote(op) if domain == "" else f"{quote(domain)}.{quote(op)}"
-
-
-# ---------------------------------------------------------------------------- lexer
-_STRING = r'"(?:[^"\\\n\r]|\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt]))*"'
-_TOKEN = re.compile("|".join([
-    r"(?P<skip>(?:[ \t\r\n]+|#[^\n]*)+)",
-    rf"(?P<string>{_STRING})",
-    rf"(?P<value>%(?:[A-Za-z0-9_.]+|{_STRING}))",
-    rf"(?P<symbol>@(?:[A-Za-z0-9_.]+|{_STRING}))",
-    r"(?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|-(?:inf|nan)\b)",
-    r"(?P<word>[A-Za-z_][A-Za-z0-9_.]*)",
-    r"(?P<ellipsis>\.\.\.)",
-    r"(?P<punct>[(){}\[\]<>,=:?*.])",
-]))
-_INT = re.compile(r"-?\d+\Z")
-
-
-class _Token:
-    __slots__ = ("kind", "text", "pos")
-
-    def __init__(self, kind: str, text: str, pos: int):
-        self.kind, self.text, self.pos = kind, text, pos
-
-    def describe(self) -> str:
-        return "end of input" if self.kind == "eof" else f"{self.text[:40]!r}"
-
-
-def _tokenize(text: str, fail) -> list[_Token]:
-    tokens, pos, end = [], 0, len(text)
-    while pos < end:
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            what = "an unterminated or malformed string" if text[pos] in '"%@' else repr(text[pos])
-            fail(pos, f"unexpected {what}")
-        if m.lastgroup != "skip":
-            tokens.append(_Token(m.lastgroup, m.group(), pos))
-        pos = m.end()
-    tokens.append(_Token("eof", "", end))
-    return tokens
 
 
 # ---------------------------------------------------------------------------- building
@@ -134,7 +49,7 @@ class Parser:
     def __init__(self, text: str, tensors: Mapping[str, np.ndarray] | None, source: str = "<text>"):
         self.text, self.tensors, self.source = text, tensors, source
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        self.tokens = _tokenize(text, self._fail_at)
+        self.tokens = tokenize(text, self._fail_at)
         self.i = 0
 
     # -- plumbing
@@ -143,14 +58,14 @@ class Parser:
         col = pos - self._line_starts[line - 1] + 1
         raise InvalidModelError(f"{self.source}:{line}:{col}: {message}")
 
-    def fail(self, message: str, tok: _Token | None = None):
+    def fail(self, message: str, tok: Token | None = None):
         tok = tok or self.peek()
         self._fail_at(tok.pos, message)
 
-    def peek(self) -> _Token:
+    def peek(self) -> Token:
         return self.tokens[self.i]
 
-    def next(self) -> _Token:
+    def next(self) -> Token:
         tok = self.tokens[self.i]
         self.i += 1
         return tok
@@ -165,12 +80,12 @@ class Parser:
             return True
         return False
 
-    def expect(self, text: str, what: str = "") -> _Token:
+    def expect(self, text: str, what: str = "") -> Token:
         if not self.at(text):
             self.fail(f"expected {text!r}{what}, got {self.peek().describe()}")
         return self.next()
 
-    def expect_kind(self, kind: str, what: str) -> _Token:
+    def expect_kind(self, kind: str, what: str) -> Token:
         if self.peek().kind != kind:
             self.fail(f"expected {what}, got {self.peek().describe()}")
         return self.next()
@@ -251,7 +166,7 @@ class Parser:
 
     def int_literal(self) -> int:
         tok = self.expect_kind("number", "an integer")
-        if not _INT.match(tok.text):
+        if not INT.match(tok.text):
             self.fail(f"expected an integer, got {tok.describe()}", tok)
         return int(tok.text)
 
@@ -321,7 +236,7 @@ class Parser:
         tok = self.peek()
         if tok.kind == "number":
             self.next()
-            return int(tok.text) if _INT.match(tok.text) else float(tok.text)
+            return int(tok.text) if INT.match(tok.text) else float(tok.text)
         if tok.kind == "string":
             return self.string()
         if tok.kind == "word" and tok.text in _WORD_LITERALS:
@@ -351,7 +266,7 @@ class Parser:
 
     def dim(self):
         tok = self.next()
-        if tok.kind == "number" and _INT.match(tok.text) and not tok.text.startswith("-"):
+        if tok.kind == "number" and INT.match(tok.text) and not tok.text.startswith("-"):
             return int(tok.text)
         if tok.kind == "word":
             return tok.text
@@ -399,7 +314,7 @@ class Parser:
 _WORD_LITERALS = {"true": True, "false": False, "inf": float("inf"), "nan": float("nan")}
 
 
-def _array(parser: Parser, ttype: TensorType, elems: list[_Token]) -> np.ndarray:
+def _array(parser: Parser, ttype: TensorType, elems: list[Token]) -> np.ndarray:
     """Convert element tokens to an array of ``ttype``, naming the first element that does not fit."""
     kind = ttype.dtype
     values: list[Any] = []
@@ -411,7 +326,7 @@ def _array(parser: Parser, ttype: TensorType, elems: list[_Token]) -> np.ndarray
             ok = tok.kind == "word" and tok.text in ("true", "false")
             value = tok.text == "true"
         elif kind.startswith(("int", "uint")):
-            ok = tok.kind == "number" and bool(_INT.match(tok.text))
+            ok = tok.kind == "number" and bool(INT.match(tok.text))
             value = int(tok.text) if ok else None
         else:
             ok = tok.kind == "number" or (tok.kind == "word" and tok.text in ("inf", "nan"))
