@@ -192,3 +192,26 @@ def test_weird_names_survive_graphml():
     back = from_networkx(nx.parse_graphml(to_graphml(g), force_multigraph=True))
     assert_graphs_equal(g, back)
     assert back.outputs[0][1] == "base64:not really"
+
+
+def test_fuse_pass_output_round_trips_and_draws_its_groups(tmp_path, rng):
+    from tlc.passes.fuse import FusePass
+
+    g = Graph("mlp")
+    x = g.input("x", "float32", ("N", 16))
+    w = g.constant(rng.standard_normal((16, 8)).astype(np.float32), name="w")
+    h = g.add_node("Add", [g.add_node("MatMul", [x, w]), g.constant(rng.standard_normal(8).astype(np.float32))])
+    y = g.add_node("Mul", [h, g.add_node("Sigmoid", [h])])
+    g.output(g.add_node("Softmax", [y], axis=-1), "y")
+    FusePass().run(g)
+    fused = [n for n in g.nodes() if n.op == "Fused"]
+    assert fused, "the fuse pass formed no group; this test needs one"
+    assert len(to_dot(g).get_subgraphs()) == len(fused)
+    feeds = {"x": rng.standard_normal((4, 16)).astype(np.float32)}
+    want = tlc.reference.run(g, feeds)["y"]
+    for ext in ("tlc", "graphml"):
+        save(g, tmp_path / f"f.{ext}")
+        back = load(tmp_path / f"f.{ext}")
+        assert_graphs_equal(g, back)
+        back.verify()
+        np.testing.assert_array_equal(tlc.reference.run(back, feeds)["y"], want)
