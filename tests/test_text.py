@@ -298,3 +298,17 @@ def test_light_models_round_trip_through_text_and_graphml(path, tmp_path):
     assert_graphs_equal(g, load(tmp_path / "m.tlc"))
     save(g, tmp_path / "m.graphml")
     assert_graphs_equal(g, load(tmp_path / "m.graphml"))
+
+
+def test_saved_files_get_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    from tlc.io import atomic_write
+
+    umask = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "m.txt", lambda tmp: open(tmp, "w").write("x"))
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(os.stat(tmp_path / "m.txt").st_mode) == 0o644
