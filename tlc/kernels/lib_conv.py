@@ -2,12 +2,24 @@
 
 Every kernel writes into a preallocated output and takes its scratch arrays (``workspace``) from the caller,
 so the runtime's memory planner owns all memory. ``choose_algorithm`` picks a kernel per shape class; the
-rule comes from measurements of ResNet-50 and depthwise shapes on the 2-core development machine (see
-tests/runtime/conv_bench.py, which reruns them):
+rule comes from tests/runtime/conv_bench.py on the shared 2-core machine (best of 15 interleaved runs, ms;
+medians were 2-10x higher and noisy under the machine's load):
+
+| shape (N=1)               | im2col+BLAS | GEMM (1x1) | direct Numba | numpy taps |
+|---------------------------|-------------|------------|--------------|------------|
+| 7x7/2 3->64 @224 (conv1)  | 7.6         |            | 200          |            |
+| 3x3 64->64 @56            | 3.7         |            | 49           |            |
+| 3x3 256->256 @14          | 2.3         |            | 167          |            |
+| 1x1 64->256 @56           | 1.9         | 1.8        | 23           |            |
+| 1x1/2 256->512 @56        | 2.4         | 2.0        | 118          |            |
+| depthwise 3x3 256 @28     | 3.7         |            | 0.9          | 2.0        |
 
 - 1x1, no padding, one group: a plain GEMM (``W[M,C] @ X[C,H*W]``), after a strided copy when stride > 1;
-- depthwise (group == C == M): the direct Numba kernel (im2col would be C tiny GEMMs), numpy taps without JIT;
-- everything else: im2col + BLAS, which beat the direct kernel on every ResNet-50 3x3 and 7x7 shape.
+- depthwise (group == C == M): the direct Numba kernel (im2col would be C tiny GEMMs); numpy taps without JIT;
+- everything else: im2col + BLAS, 10-70x faster than the direct kernel on every ResNet-50 shape.
+
+NOTE: right after a BLAS call OpenBLAS's threads spin (~0.13 s) and slow a parallel Numba kernel that follows
+on the same cores; the depthwise medians above show it.
 """
 
 from __future__ import annotations
