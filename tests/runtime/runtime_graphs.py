@@ -87,8 +87,10 @@ class FakeCodegen:
         for node in body.inputs:
             if any(u.id != mm.id for u, _ in body.users(node.output(0))):
                 values[node.output(0)] = ew.input(node.name, node.output_types[0].dtype, node.output_types[0].shape)
-        for node in body.ops():
-            if node.id != mm.id:
+        for node in body.nodes():
+            if node.op == "Constant":
+                values[node.output(0)] = ew.constant(node.attrs["value"], name=node.name)
+            elif node.op != "Input" and node.id != mm.id:
                 values[node.output(0)] = ew.add_node(node.op, [values[v] for v in body.inputs_of(node)],
                                                      **node.attrs)
         for v, name in body.outputs:

@@ -139,3 +139,51 @@ def test_epilogue_runs_contraction_then_elementwise_in_place(codegen, jit, rng):
     assert kernel.kind == "elementwise" and kernel.calls == (2 if jit == "eager" else 1)
     assert [n.op for n in kernel.body.ops()] == ["Add", "Relu"]   # the MatMul ran as a library kernel
     assert plan.stats().steps[0].mode == "native"
+
+
+def fuse(graph: tlc.Graph) -> tlc.Graph:
+    from tlc.passes.fuse import FusePass
+
+    fused_graph = graph.copy()
+    assert FusePass().run(fused_graph).changed
+    return fused_graph
+
+
+def transformer_like() -> tlc.Graph:
+    """MatMul + bias + SiLU epilogue, then a row softmax with elementwise work around it."""
+    rng = np.random.default_rng(5)
+    g = tlc.Graph("blocks")
+    x = g.input("x", "float32", ("N", 16))
+    w = g.constant(rng.standard_normal((16, 16)).astype(np.float32) / 4, name="w")
+    b = g.constant(rng.standard_normal(16).astype(np.float32), name="b")
+    h = g.add_node("Add", [g.add_node("MatMul", [x, w]), b])
+    h = g.add_node("Mul", [h, g.add_node("Sigmoid", [h])])
+    s = g.add_node("Softmax", [g.add_node("Mul", [h, g.constant(np.float32(0.5), name="scale")])], axis=-1)
+    g.output(g.add_node("Add", [g.add_node("Tanh", [s]), x]), "y")
+    return g
+
+
+@pytest.mark.parametrize("jit", ["eager", "off"])
+def test_fuse_pass_output_runs_like_the_original(codegen, jit, rng):
+    g = transformer_like()
+    fused_g = fuse(g)
+    kinds = sorted(n.attrs["kind"] for n in fused_g.nodes() if n.op == "Fused")
+    assert {"epilogue", "reduction"} <= set(kinds)
+    plan = compile(fused_g, jit=jit)
+    for batch in (3, 8):
+        x = rng.standard_normal((batch, 16), dtype=np.float32)
+        assert_close(plan.run({"x": x}), reference(g, x))
+    modes = {s.op: s.mode for s in plan.stats().steps}
+    assert set(modes.values()) == ({"native"} if jit == "eager" else {"reference"})
+    assert len(codegen.kernels) == (len(kinds) if jit == "eager" else 0)
+
+
+def test_a_failing_kernel_is_named(codegen, rng):
+    plan = compile(fused_graph(), jit="eager")
+
+    def broken(inputs, outputs):
+        raise ValueError("boom")
+
+    plan.groups[0].kernel = broken
+    with pytest.raises(tlc.ExecutionError, match=r"node 'Fused' \(tlc.Fused, native kernel\).*ValueError: boom"):
+        plan.run({"x": rng.standard_normal((2, 4), dtype=np.float32)})

@@ -186,6 +186,8 @@ def test_stats_content(rng):
     text = str(st)
     assert "Sigmoid" in text and "reference" in text and "totals:" in text and "x[2, 16]" in text
     assert st.to_dict()["totals"]["runs"] == 1
+    assert set(plan.compile_report()) == {"passes_s", "lower_s"}
+    assert set(compile(g, jit="eager").compile_report()) == {"passes_s", "lower_s", "jit_s"}
 
 
 def test_options_are_validated_and_cuda_is_refused():

@@ -91,7 +91,7 @@ class ViewImpl(Impl):
 
 #: scalar-expression primitives that are one numpy ufunc (``tlc.ops.expr`` names)
 _UFUNCS: dict[str, np.ufunc] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max": np.maximum,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power, "max": np.maximum,
     "min": np.minimum, "neg": np.negative, "abs": np.absolute, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
     "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos,
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,

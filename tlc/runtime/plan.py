@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeInferenceError, ShapeMismatchError
+from ..errors import ExecutionError, ShapeInferenceError, ShapeMismatchError, TlcError
 from ..ir.feeds import check_feeds
 from ..ir.graph import Graph
 from ..ir.types import TensorType, np_dtype
@@ -66,6 +66,7 @@ class Specialization:
     """The program bound to one input-shape signature: concrete types, bound steps, memory plan, arenas."""
 
     def __init__(self, program: Program, types: list[TensorType | None]):
+        self.program = program
         self.types = types
         self.steps: list[BoundStep] = []
         specs: list[StepSpec] = []
@@ -104,39 +105,38 @@ class Specialization:
             if len(self._pool) < 8:
                 self._pool.append(arena)
 
-    def execute(self, env: list, arena: Arena) -> None:
+    def execute(self, env: list, arena: Arena, events: list | None = None) -> None:
+        """Run every step; with ``events`` (a list), append (step, start ns, duration ns) per step."""
         outs_all, work_all = arena.outs, arena.work
-        for t, st in enumerate(self.steps):
-            outs = outs_all[t]
-            if st.fresh:
-                outs = list(outs)
-                for k, shape, dtype in st.fresh:
-                    outs[k] = np.empty(shape, dtype)
-            res = st.fn([env[i] for i in st.inputs], outs, work_all[t])
-            for v, a in zip(st.outputs, res):
-                env[v] = a
-            for v in st.release:
-                env[v] = None
-
-    def execute_profiled(self, env: list, arena: Arena) -> list[tuple[int, int, int]]:
-        """``execute`` timing each step: (step, start ns, duration ns)."""
-        events = []
         clock = time.perf_counter_ns
-        outs_all, work_all = arena.outs, arena.work
-        for t, st in enumerate(self.steps):
-            start = clock()
-            outs = outs_all[t]
-            if st.fresh:
-                outs = list(outs)
-                for k, shape, dtype in st.fresh:
-                    outs[k] = np.empty(shape, dtype)
-            res = st.fn([env[i] for i in st.inputs], outs, work_all[t])
-            for v, a in zip(st.outputs, res):
-                env[v] = a
-            for v in st.release:
-                env[v] = None
-            events.append((t, start, clock() - start))
-        return events
+        t = start = -1
+        try:
+            for t, st in enumerate(self.steps):
+                if events is not None:
+                    start = clock()
+                outs = outs_all[t]
+                if st.fresh:
+                    outs = list(outs)
+                    for k, shape, dtype in st.fresh:
+                        outs[k] = np.empty(shape, dtype)
+                res = st.fn([env[i] for i in st.inputs], outs, work_all[t])
+                for v, a in zip(st.outputs, res):
+                    env[v] = a
+                for v in st.release:
+                    env[v] = None
+                if events is not None:
+                    events.append((t, start, clock() - start))
+        except TlcError:
+            raise
+        except Exception as exc:  # a kernel failed: say which step, op and shapes
+            raise self.failure(t, env, exc) from exc
+
+    def failure(self, t: int, env: list, exc: Exception) -> ExecutionError:
+        node = self.program.steps[t].node
+        shapes = ", ".join("-" if env[i] is None else f"{env[i].dtype}{list(env[i].shape)}"
+                           for i in self.steps[t].inputs)
+        return ExecutionError(f"node {node.name!r} ({node.qualified_op}, {self.steps[t].impl.mode} kernel) "
+                              f"failed on inputs ({shapes}): {type(exc).__name__}: {exc}")
 
 
 class Plan:
@@ -189,8 +189,9 @@ class Plan:
         arena = spec.acquire()
         try:
             if profile:
+                events: list[tuple[int, int, int]] = []
                 start = time.perf_counter_ns()
-                events = spec.execute_profiled(env, arena)
+                spec.execute(env, arena, events)
                 self._profile.record(start, time.perf_counter_ns() - start, events)
             else:
                 spec.execute(env, arena)
@@ -248,7 +249,7 @@ class Plan:
         start = time.perf_counter()
         for state in self.program.groups:
             state.compile()
-        self.timings["codegen_ms"] = (time.perf_counter() - start) * 1e3
+        self.timings["jit_ms"] = (time.perf_counter() - start) * 1e3
 
     def wait_for_jit(self, timeout: float | None = None) -> bool:
         """Wait for background (lazy) compilations; True when none is left running."""
@@ -275,6 +276,10 @@ class Plan:
         self.warn_once("compile", f"fused group {state.name!r} could not be compiled and runs on the reference "
                                   f"path: {state.reason}" + (f" ({len(failed)} failed so far; see plan.stats())"
                                                              if len(failed) > 1 else ""))
+
+    def compile_report(self) -> dict[str, float]:
+        """Compile time split into passes, lowering (with the first specialization) and JIT, in seconds."""
+        return {f"{key[:-3]}_s": ms / 1e3 for key, ms in self.timings.items()}
 
     @property
     def runs(self) -> int:
