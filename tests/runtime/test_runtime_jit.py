@@ -85,7 +85,7 @@ def test_concurrent_runs_during_the_swap(monkeypatch, rng):
                 assert_close(plan.run({"x": inputs[i]}), wants[i])
                 runs[i] += 1
                 after += native
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]

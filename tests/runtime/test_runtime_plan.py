@@ -91,6 +91,7 @@ def test_outputs_never_alias_inputs_constants_or_each_other(rng):
     g.output(x, "x_out")                                   # an input as output
     g.output(c, "c_out")                                   # a constant as output
     g.output(r, "r")
+    g.output(r, "r_again")                                 # the same value under a second name
     g.output(g.add_node("Identity", [r]), "r_view")        # a view of another output
     g.output(g.add_node("Reshape", [x, g.constant(np.array([6], np.int64))]), "x_view")
     plan = compile(g)
@@ -136,7 +137,7 @@ def test_concurrent_runs_from_eight_threads(rng):
                 got = plan.run({"x": inputs[i]})
                 for name, want in wants[i].items():
                     np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]

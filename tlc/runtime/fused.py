@@ -93,8 +93,8 @@ class GroupState:
         start = time.perf_counter()
         try:
             kernel = self._build()
-        except CompileError as exc:
-            self.reason = str(exc)
+        except Exception as exc:  # a codegen bug too must reach the user, also from the JIT thread
+            self.reason = str(exc) if isinstance(exc, CompileError) else f"{type(exc).__name__}: {exc}"
             self.status = "failed"
             self.on_failure(self)
             return
