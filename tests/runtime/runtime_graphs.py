@@ -39,6 +39,27 @@ def fused_graph(kind: str = "elementwise", n_outputs: int = 1) -> tlc.Graph:
     return g
 
 
+def run_in_threads(worker, n: int = 8) -> None:
+    """Call ``worker(i)`` on ``n`` threads started together; re-raise the first failure here."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(n)
+
+    def guarded(i):
+        try:
+            barrier.wait()
+            worker(i)
+        except BaseException as exc:  # reported below, on the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 class FakeKernel:
     """What ``tlc.kernels.compile_group`` returns, computed with the reference executor (counts its calls)."""
 

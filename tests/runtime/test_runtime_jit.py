@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import warnings
 
 import numpy as np
 import pytest
-from runtime_graphs import FakeCodegen, epilogue_graph, fused_graph
+from runtime_graphs import FakeCodegen, epilogue_graph, fused_graph, run_in_threads
 
 import tlc
 from tlc.runtime import compile, fused
@@ -72,28 +71,19 @@ def test_concurrent_runs_during_the_swap(monkeypatch, rng):
     plan = compile(g, jit="lazy", hot_threshold=2)
     inputs = [rng.standard_normal((1 + i, 4), dtype=np.float32) for i in range(8)]
     wants = [reference(g, x) for x in inputs]
-    errors: list[BaseException] = []
     runs = [0] * 8
     state = plan.groups[0]
 
     def worker(i):
         # run until the kernel is swapped in (while the JIT thread compiles), then 10 runs more
-        try:
-            after = 0
-            while after < 10 and runs[i] < 100_000:
-                native = state.kernel is not None
-                assert_close(plan.run({"x": inputs[i]}), wants[i])
-                runs[i] += 1
-                after += native
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        after = 0
+        while after < 10 and runs[i] < 100_000:
+            native = state.kernel is not None
+            assert_close(plan.run({"x": inputs[i]}), wants[i])
+            runs[i] += 1
+            after += native
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    run_in_threads(worker)
     assert plan.wait_for_jit(timeout=30)
     (kernel,) = fake.kernels                               # compiled exactly once
     row = plan.stats().steps[2]

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
-from runtime_graphs import fused_graph
+from runtime_graphs import fused_graph, run_in_threads
 
 import tlc
 from tlc.runtime import CompileOptions, compile
@@ -127,25 +125,14 @@ def test_concurrent_runs_from_eight_threads(rng):
     plan = compile(g)
     inputs = [rng.standard_normal((1 + i % 3, 16), dtype=np.float32) for i in range(8)]
     wants = [tlc.reference.run(g, {"x": x}) for x in inputs]
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(8)
 
     def worker(i):
-        try:
-            barrier.wait()
-            for _ in range(25):
-                got = plan.run({"x": inputs[i]})
-                for name, want in wants[i].items():
-                    np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        for _ in range(25):
+            got = plan.run({"x": inputs[i]})
+            for name, want in wants[i].items():
+                np.testing.assert_allclose(got[name], want, rtol=1e-6, atol=1e-6)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    run_in_threads(worker)
     assert plan.runs == 200
 
 

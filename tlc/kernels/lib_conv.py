@@ -62,14 +62,22 @@ class ConvGeometry(NamedTuple):
 
     @property
     def padded_hw(self) -> tuple[int, int]:
-        """Height and width of the zero-padded input that every window reads inside."""
-        need_h = (self.ho - 1) * self.sh + (self.kh - 1) * self.dh + 1
-        need_w = (self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1
-        return max(need_h, self.pt + self.h), max(need_w, self.pl + self.w)
+        return padded_hw(self)
 
     @property
     def needs_padding(self) -> bool:
-        return self.pt > 0 or self.pl > 0 or self.padded_hw != (self.h, self.w)
+        return needs_padding(self)
+
+
+def padded_hw(geo) -> tuple[int, int]:
+    """Height and width of the padded input that every window of ``geo`` (conv or pool geometry) reads inside."""
+    need_h = (geo.ho - 1) * geo.sh + (geo.kh - 1) * geo.dh + 1
+    need_w = (geo.wo - 1) * geo.sw + (geo.kw - 1) * geo.dw + 1
+    return max(need_h, geo.pt + geo.h), max(need_w, geo.pl + geo.w)
+
+
+def needs_padding(geo) -> bool:
+    return geo.pt > 0 or geo.pl > 0 or padded_hw(geo) != (geo.h, geo.w)
 
 
 def geometry(x_shape: tuple[int, ...], w_shape: tuple[int, ...], out_shape: tuple[int, ...],
@@ -134,14 +142,17 @@ def _gemm1x1(x, w, out, geo: ConvGeometry, work) -> None:
               out=out.reshape(geo.n, geo.m, geo.ho * geo.wo))
 
 
-def _pad_into(buf: np.ndarray, image: np.ndarray, top: int, left: int, fill: float = 0.0) -> np.ndarray:
-    """Copy ``image`` [C,H,W] into ``buf`` at (top, left) and fill the border (buffers are reused: refill)."""
+def pad_into(buf: np.ndarray, image: np.ndarray, top: int, left: int, fill: float = 0.0) -> np.ndarray:
+    """Copy ``image`` (last two axes H, W) into ``buf`` at (top, left) and fill the border around it.
+
+    NOTE: scratch buffers are shared with other steps between runs, so the border is refilled every time.
+    """
     h, w = image.shape[-2:]
-    buf[:, :top, :] = fill
-    buf[:, top + h:, :] = fill
-    buf[:, top:top + h, :left] = fill
-    buf[:, top:top + h, left + w:] = fill
-    buf[:, top:top + h, left:left + w] = image
+    buf[..., :top, :] = fill
+    buf[..., top + h:, :] = fill
+    buf[..., top:top + h, :left] = fill
+    buf[..., top:top + h, left + w:] = fill
+    buf[..., top:top + h, left:left + w] = image
     return buf
 
 
@@ -157,7 +168,7 @@ def _im2col(x, w, out, geo: ConvGeometry, work) -> None:
     cg, mg = geo.c // geo.group, geo.m // geo.group
     w2 = w.reshape(geo.m, cg * geo.kh * geo.kw)
     for n in range(geo.n):
-        xp = _pad_into(work[0], x[n], geo.pt, geo.pl) if geo.needs_padding else x[n]
+        xp = pad_into(work[0], x[n], geo.pt, geo.pl) if geo.needs_padding else x[n]
         for g in range(geo.group):
             win = _windows(xp[g * cg:(g + 1) * cg], geo)
             np.copyto(cols.reshape(cg, geo.kh, geo.kw, geo.ho, geo.wo), win)
@@ -168,7 +179,7 @@ def _depthwise_taps(x, w, out, geo: ConvGeometry, work) -> None:
     """Depthwise conv as kh*kw vectorised multiply-adds over the whole image (no JIT needed)."""
     xp_buf, tmp = work
     for n in range(geo.n):
-        xp = _pad_into(xp_buf, x[n], geo.pt, geo.pl)
+        xp = pad_into(xp_buf, x[n], geo.pt, geo.pl)
         win = _windows(xp, geo)
         o = out[n]
         for i in range(geo.kh):

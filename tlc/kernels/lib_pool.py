@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .lib_conv import needs_padding, pad_into, padded_hw
+
 
 class PoolGeometry(NamedTuple):
     """Sizes of one 2-D pooling with pads resolved; ``pb``/``pr`` are the explicit pads after."""
@@ -34,13 +36,11 @@ class PoolGeometry(NamedTuple):
 
     @property
     def padded_hw(self) -> tuple[int, int]:
-        need_h = (self.ho - 1) * self.sh + (self.kh - 1) * self.dh + 1
-        need_w = (self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1
-        return max(need_h, self.pt + self.h), max(need_w, self.pl + self.w)
+        return padded_hw(self)
 
     @property
     def needs_padding(self) -> bool:
-        return self.pt > 0 or self.pl > 0 or self.padded_hw != (self.h, self.w)
+        return needs_padding(self)
 
 
 def workspace(geo: PoolGeometry) -> list[tuple[int, ...]]:
@@ -49,16 +49,7 @@ def workspace(geo: PoolGeometry) -> list[tuple[int, ...]]:
 
 
 def _padded(x: np.ndarray, geo: PoolGeometry, work: list[np.ndarray], fill: float) -> np.ndarray:
-    if not geo.needs_padding:
-        return x
-    buf = work[0]
-    top, left = geo.pt, geo.pl
-    buf[:, :, :top] = fill
-    buf[:, :, top + geo.h:] = fill
-    buf[:, :, top:top + geo.h, :left] = fill
-    buf[:, :, top:top + geo.h, left + geo.w:] = fill
-    buf[:, :, top:top + geo.h, left:left + geo.w] = x
-    return buf
+    return pad_into(work[0], x, geo.pt, geo.pl, fill) if geo.needs_padding else x
 
 
 def _taps(xp: np.ndarray, geo: PoolGeometry):
