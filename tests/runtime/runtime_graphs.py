@@ -87,7 +87,7 @@ class FakeCodegen:
         self.kernels: list[FakeKernel] = []
         self.threads: list[str] = []
 
-    def compile_group(self, body, kind, input_types, *, target, options, cache):
+    def compile_group(self, body, kind, input_types, options):
         self.threads.append(threading.current_thread().name)
         time.sleep(self.delay)
         if self.fail:
@@ -103,8 +103,9 @@ class FakeCodegen:
         ins = [contraction.input(body.node(v).name, body.type_of(v).dtype, body.type_of(v).shape)
                for v in body.inputs_of(mm)]
         contraction.output(contraction.add_node(mm.op, ins, **mm.attrs), "acc")
-        ew = tlc.Graph("epilogue")
-        values = {mm.output(0): ew.input("acc", body.type_of(mm.output(0)).dtype, body.type_of(mm.output(0)).shape)}
+        ew = tlc.Graph("epilogue")   # input 0: the contraction's result (tlc.kernels' contract)
+        acc = body.type_of(mm.output(0))
+        values = {mm.output(0): ew.input("contraction", acc.dtype, acc.shape)}
         for node in body.inputs:
             if any(u.id != mm.id for u, _ in body.users(node.output(0))):
                 values[node.output(0)] = ew.input(node.name, node.output_types[0].dtype, node.output_types[0].shape)

@@ -36,16 +36,20 @@ def compile_with_options(graph: Graph, options: CompileOptions) -> Plan:
     if options.target != "cpu":
         raise BackendError(f"target {options.target!r} is not supported by the runtime yet; use target='cpu'")
     start = time.perf_counter()
-    optimized = optimize(graph, options)
+    optimized, report = optimize(graph, options)
     passes_ms = (time.perf_counter() - start) * 1e3
     plan = Plan(optimized, options, {"passes_ms": passes_ms})
+    plan.pass_report = report
     if options.jit == "eager":
         plan.compile_groups()
     return plan
 
 
-def optimize(graph: Graph, options: CompileOptions) -> Graph:
-    """Run the pass pipeline (``tlc.passes.optimize``) on a copy; without a pipeline, a verified copy as given."""
+def optimize(graph: Graph, options: CompileOptions) -> tuple[Graph, object | None]:
+    """The pass pipeline (``tlc.passes.optimize``) on a copy, and its report; the caller's graph is kept.
+
+    Without a pipeline in ``tlc.passes`` (it is being written), a verified copy of the graph as given.
+    """
     try:
         from ..passes import optimize as run_pipeline
     except ImportError:
@@ -53,5 +57,7 @@ def optimize(graph: Graph, options: CompileOptions) -> Graph:
     if run_pipeline is None:
         copy = graph.copy()
         copy.verify()
-        return copy
-    return run_pipeline(graph, opt_level=options.opt_level, passes=options.passes, fast_math=options.fast_math)
+        return copy, None
+    result = run_pipeline(graph, opt_level=options.opt_level, passes=options.passes, fast_math=options.fast_math,
+                          target=options.target)
+    return result if isinstance(result, tuple) else (result, None)

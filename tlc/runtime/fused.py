@@ -27,14 +27,31 @@ from .impl import Bound, Impl, NotNative, static_shapes
 from .library import library_impl
 from .options import CompileOptions
 
+CompileFn = Callable[[Graph, str, list, CompileOptions], Any]
+_CACHES: dict[str, Any] = {}
+_CACHES_LOCK = threading.Lock()
 
-def codegen() -> tuple[Callable[..., Any], Callable[[Graph], tuple[Graph, Graph]]]:
-    """``(compile_group, split_epilogue)`` from ``tlc.kernels``; CompileError while they do not exist."""
+
+def codegen() -> tuple[CompileFn, Callable[[Graph], tuple[Graph, Graph]]]:
+    """``(compile_fn, split_epilogue)`` over ``tlc.kernels``; CompileError while code generation is missing.
+
+    ``compile_fn(body, kind, input_types, options)`` turns ``CompileOptions`` into the kernel library's options
+    and cache (one ``KernelCache`` per directory, shared by all plans; None: the library's default cache).
+    """
     try:
-        from ..kernels import compile_group, split_epilogue
+        from ..kernels import KernelCache, KernelOptions, compile_group, split_epilogue
     except ImportError as exc:
         raise CompileError(f"code generation is not available: {exc}") from None
-    return compile_group, split_epilogue
+
+    def compile_fn(body: Graph, kind: str, input_types: list, options: CompileOptions) -> Any:
+        cache = None
+        if options.cache_dir is not None:
+            with _CACHES_LOCK:
+                cache = _CACHES.setdefault(options.cache_dir, KernelCache(options.cache_dir))
+        kernel_options = KernelOptions(fast_math=options.fast_math, num_threads=options.num_threads)
+        return compile_group(body, kind, input_types, target=options.target, options=kernel_options, cache=cache)
+
+    return compile_fn, split_epilogue
 
 
 class Counter:
@@ -106,16 +123,13 @@ class GroupState:
         self.kernel = kernel
 
     def _build(self) -> Any:
-        compile_group, _ = codegen()
-        opts = self.options
+        compile_fn, _ = codegen()
         if self.kind != "epilogue":
-            return compile_group(self.body, self.kind, self.input_types, target=opts.target, options=opts,
-                                 cache=opts.cache_dir)
+            return compile_fn(self.body, self.kind, self.input_types, self.options)
         if self.split is None:
             raise CompileError(f"epilogue group {self.name!r} could not be split: {self.split_error}")
         ew = self.split.elementwise
-        return compile_group(ew, "elementwise", [n.output_types[0] for n in ew.inputs], target=opts.target,
-                             options=opts, cache=opts.cache_dir)
+        return compile_fn(ew, "elementwise", [n.output_types[0] for n in ew.inputs], self.options)
 
     def _split(self) -> None:
         try:
@@ -150,7 +164,7 @@ class EpilogueSplit:
     """An epilogue group cut in two: the contraction (a library kernel) and the elementwise part (generated).
 
     ``c_sources`` gives, per input port of the contraction op, a group input index or a constant array;
-    ``ew_sources`` gives, per input of the elementwise body, a group input index or "acc" (the contraction).
+    ``ew_sources`` gives, per input of the elementwise body, "acc" (input 0: the contraction) or a group input.
     """
 
     def __init__(self, body: Graph, contraction: Graph, elementwise: Graph):
@@ -172,15 +186,13 @@ class EpilogueSplit:
                 self.c_sources.append(group_inputs[producer.name])
             else:
                 raise CompileError(f"contraction input {producer.name!r} is not a group input")
-        acc_names = {name for _, name in contraction.outputs}
-        self.ew_sources: list[Any] = []
-        for node in elementwise.inputs:
-            if node.name in acc_names:
-                self.ew_sources.append("acc")
-            elif node.name in group_inputs:
-                self.ew_sources.append(group_inputs[node.name])
-            else:
-                raise CompileError(f"epilogue input {node.name!r} is neither a group input nor the contraction")
+        # NOTE: tlc.kernels' contract: the elementwise body's input 0 is the contraction's result; the others
+        # (and the contraction body's inputs) keep the names of the group body's inputs.
+        self.ew_sources: list[Any] = ["acc"]
+        for node in elementwise.inputs[1:]:
+            if node.name not in group_inputs:
+                raise CompileError(f"epilogue input {node.name!r} is not a group input")
+            self.ew_sources.append(group_inputs[node.name])
 
     def bind(self, in_types: list[TensorType | None], out_types: list[TensorType | None],
              options: CompileOptions) -> tuple[Bound, bool]:

@@ -147,6 +147,7 @@ class Plan:
         start = time.perf_counter()
         self.options = options
         self.timings = dict(timings or {})
+        self.pass_report: object | None = None     # the pass manager's report, when the pipeline ran
         self.name = graph.name
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
