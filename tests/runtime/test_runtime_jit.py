@@ -177,3 +177,18 @@ def test_a_failing_kernel_is_named(codegen, rng):
     plan.groups[0].kernel = broken
     with pytest.raises(tlc.ExecutionError, match=r"node 'Fused' \(tlc.Fused, native kernel\).*ValueError: boom"):
         plan.run({"x": rng.standard_normal((2, 4), dtype=np.float32)})
+
+
+def test_a_split_that_crashes_leaves_the_epilogue_on_the_reference_path(monkeypatch, rng):
+    fake = FakeCodegen()
+
+    def broken_split(body):
+        raise ValueError("bad body")
+
+    monkeypatch.setattr(fused, "codegen", lambda: (fake.compile_group, broken_split))
+    g = epilogue_graph()
+    with pytest.warns(RuntimeWarning, match="could not be split: ValueError: bad body"):
+        plan = compile(g, jit="eager")
+    x = rng.standard_normal((3, 8), dtype=np.float32)
+    assert_close(plan.run({"x": x}), reference(g, x))
+    assert plan.stats().steps[0].mode == "reference" and fake.kernels == []

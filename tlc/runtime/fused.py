@@ -135,8 +135,8 @@ class GroupState:
         try:
             _, split_epilogue = codegen()
             self.split = EpilogueSplit(self.body, *split_epilogue(self.body))
-        except CompileError as exc:
-            self.split_error = str(exc)
+        except Exception as exc:  # a codegen bug too: the group then stays on the reference path, with why
+            self.split_error = str(exc) if isinstance(exc, CompileError) else f"{type(exc).__name__}: {exc}"
 
     def schedule(self) -> Future:
         """Compile on the background JIT thread (once)."""
