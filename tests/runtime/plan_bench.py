@@ -1,7 +1,7 @@
 """Indicative timings: compiled plans against the reference executor (median of interleaved runs, ms).
 
-Run: ``PYTHONPATH=. python tests/runtime/plan_bench.py [rounds]``. Not a test (nothing is asserted on time);
-the official benchmark is tools/bench.py.
+Run: ``PYTHONPATH=. python tests/runtime/plan_bench.py [rounds] [threads]`` (threads: BLAS and Numba, for every
+contender). Not a test (nothing is asserted on time); the official benchmark is tools/bench.py.
 """
 
 from __future__ import annotations
@@ -41,12 +41,12 @@ def elementwise_chain() -> tlc.Graph:
     return from_onnx(models.elementwise_chain())[0]
 
 
-def bench(name: str, graph: tlc.Graph, rounds: int) -> None:
+def bench(name: str, graph: tlc.Graph, rounds: int, threads: int | None) -> None:
     feeds = {n.name: np.random.default_rng(1).standard_normal(n.output_types[0].shape).astype(np.float32)
              for n in graph.inputs}
     contenders = {"reference": lambda: tlc.reference.run(graph, feeds)}
     for jit in ("off", "eager"):
-        plan = compile(graph, jit=jit)
+        plan = compile(graph, jit=jit, num_threads=threads)
         contenders[f"plan jit={jit}"] = (lambda p: lambda: p.run(feeds))(plan)
     want = contenders["reference"]()
     for label, fn in contenders.items():
@@ -68,10 +68,10 @@ def bench(name: str, graph: tlc.Graph, rounds: int) -> None:
               f"x{ref / med:5.2f} vs reference")
 
 
-def main(rounds: int = 20) -> None:
-    bench("mlp", mlp(), rounds)
-    bench("elementwise_chain", elementwise_chain(), rounds)
+def main(rounds: int = 20, threads: int | None = None) -> None:
+    bench("mlp", mlp(), rounds, threads)
+    bench("elementwise_chain", elementwise_chain(), rounds, threads)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 20, int(sys.argv[2]) if len(sys.argv) > 2 else None)

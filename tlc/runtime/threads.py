@@ -15,6 +15,7 @@ import threading
 _lock = threading.Lock()
 _controller = None
 _blas_threads: int | None = None     # what we last set; None: untouched (the library's default)
+_numba_set = threading.local()       # Numba's count is per thread: has a plan set it on this one?
 
 
 def cores() -> int:
@@ -45,10 +46,12 @@ def apply(num_threads: int | None) -> None:
     """Make Numba (this thread) and BLAS (the process) use ``num_threads`` (None: every core)."""
     global _blas_threads
     numba = sys.modules.get("numba")
-    if numba is not None:
+    # NOTE: asking Numba starts its thread pool; leave it alone until some plan sets a count on this thread
+    if numba is not None and (num_threads is not None or getattr(_numba_set, "on_this_thread", False)):
         want = min(num_threads or cores(), numba.config.NUMBA_NUM_THREADS)
         if numba.get_num_threads() != want:
             numba.set_num_threads(want)
+        _numba_set.on_this_thread = True
     if num_threads is None and _blas_threads is None:
         return
     want = num_threads or cores()
