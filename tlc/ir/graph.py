@@ -137,12 +137,15 @@ class Graph:
     def add_node(self, op: str, inputs: Sequence[Value | None] = (), *, domain: str = "",
                  name: str | None = None, num_outputs: int | None = None,
                  output_names: Sequence[str] | None = None, infer: bool = True, doc: str = "",
-                 **attrs: Any) -> Any:
+                 attrs: dict[str, Any] | None = None, **kwattrs: Any) -> Any:
         """Add an operation and return its output value (a tuple of values when it has several).
 
         ``None`` in ``inputs`` is a missing optional input. Output types are inferred through the op registry
-        unless ``infer`` is False (the importer infers once the whole graph is built).
+        unless ``infer`` is False (the importer infers once the whole graph is built). Attributes come as
+        keywords or in ``attrs``; an attribute named like a parameter here (Split's ``num_outputs``) must come
+        in ``attrs``.
         """
+        attrs = {**(attrs or {}), **kwattrs}
         inputs = list(inputs)
         while inputs and inputs[-1] is None:
             inputs.pop()
