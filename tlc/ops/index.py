@@ -80,8 +80,9 @@ def _gather_nd_infer(ctx: InferContext) -> list[TensorType]:
 def _gather_nd(data, indices, *, batch_dims):
     b, k = batch_dims, indices.shape[-1]
     nb = int(np.prod(data.shape[:b], dtype=np.int64))
+    per_batch = int(np.prod(indices.shape[b:-1], dtype=np.int64))
     flat = data.reshape((nb,) + data.shape[b:])
-    idx = _wrap(indices.reshape(nb, -1, k), np.array(data.shape[b:b + k], dtype=np.int64))
+    idx = _wrap(indices.reshape(nb, per_batch, k), np.array(data.shape[b:b + k], dtype=np.int64))
     picked = flat[(np.arange(nb)[:, None],) + tuple(idx[..., j] for j in range(k))]
     return picked.reshape(indices.shape[:-1] + data.shape[b + k:])
 

@@ -343,7 +343,9 @@ def _range_infer(ctx: InferContext) -> list[TensorType]:
 
 def _range(start, limit, delta):
     n = range_length(start, limit, delta)
-    return (start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)
+    # output[i] = start + i * delta, evaluated wide and rounded once (float16's own i would be inexact past 2048)
+    wide = np.float64 if start.dtype.kind == "f" else np.int64
+    return (wide(start) + np.arange(n, dtype=wide) * wide(delta)).astype(start.dtype)
 
 
 register(OpDef(name="Range", infer=_range_infer, reference=_range, inputs=(3, 3), traits=PURE,
