@@ -284,7 +284,7 @@ def _block_infer(to_space: bool):
     def infer(ctx: InferContext) -> list[TensorType]:
         t = ctx.type(0)
         b = ctx.attrs["blocksize"]
-        if ctx.attrs["mode"] not in ("DCR", "CRD"):
+        if to_space and ctx.attrs["mode"] not in ("DCR", "CRD"):
             ctx.fail(f"mode {ctx.attrs['mode']!r} is not DCR or CRD")
         if b is None or b < 1:
             ctx.fail(f"blocksize must be >= 1, got {b}")
@@ -321,16 +321,10 @@ def _depth_to_space(x, *, blocksize, mode):
     return y.reshape(n, c // (b * b), h * b, w * b)
 
 
-def _space_to_depth(x, *, blocksize, mode):
+def _space_to_depth(x, *, blocksize):
     n, c, h, w = x.shape
     b = blocksize
-    blocks = x.reshape(n, c, h // b, b, w // b, b)
-    if mode == "DCR":
-        y = blocks.transpose(0, 3, 5, 1, 2, 4)
-    elif mode == "CRD":
-        y = blocks.transpose(0, 1, 3, 5, 2, 4)
-    else:
-        raise ValueError(f"mode {mode!r} is not DCR or CRD")
+    y = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
@@ -339,8 +333,8 @@ register(OpDef(name="DepthToSpace", infer=_block_infer(True), reference=_depth_t
                attrs={"blocksize": Attr("int", REQUIRED), "mode": Attr("string", "DCR")},
                doc="Moves channel blocks into blocksize x blocksize spatial tiles (NCHW; modes DCR, CRD)."))
 register(OpDef(name="SpaceToDepth", infer=_block_infer(False), reference=_space_to_depth, traits=LAYOUT,
-               attrs={"blocksize": Attr("int", REQUIRED), "mode": Attr("string", "DCR")},
-               doc="Moves blocksize x blocksize spatial tiles into channels (NCHW; modes DCR, CRD)."))
+               attrs={"blocksize": Attr("int", REQUIRED)},
+               doc="Moves blocksize x blocksize spatial tiles into channels (NCHW, opset 21: DCR order)."))
 
 
 # ---------------------------------------------------------------------------- Trilu, ReverseSequence
