@@ -6,6 +6,8 @@ ONNX operators have no side effects, so a node no output needs is dead whatever 
 
 from __future__ import annotations
 
+import networkx as nx
+
 from ..ir.graph import Graph, Node, Value
 from .base import Pass, PassResult, register_pass
 from .naming import adopt_output_name
@@ -19,23 +21,36 @@ class DcePass(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         result = PassResult()
-        for node in graph.nodes():
+        # Bypassing in id order: the order does not change the result (chains collapse either way).
+        for _, node in sorted(graph.nx.nodes(data="node")):
             source = forwarded_input(graph, node)
             if source is not None:
                 self.current_node = node.name
                 bypass(graph, node, source)
                 result.count("bypassed")
-        for node in reversed(graph.nodes()):
-            if node.domain == "" and node.op == "Input":
-                continue
-            if any(graph.num_uses(v) for v in node.outputs):
-                continue
+        dead = dead_nodes(graph)
+        # NOTE: consumers before producers, so every node erased is unused by then.
+        for nid in reversed(list(nx.topological_sort(graph.nx.subgraph(dead)))):
+            node = graph.node(nid)
             self.current_node = node.name
             is_constant = node.domain == "" and node.op == "Constant"
             graph.erase(node)
             result.count("constants_removed" if is_constant else "nodes_removed")
         self.current_node = None
         return result
+
+
+def dead_nodes(graph: Graph) -> set[int]:
+    """Ids of the nodes no graph output depends on, graph inputs excepted."""
+    live: set[int] = set()
+    stack = [v.node for v, _ in graph.outputs]
+    while stack:
+        nid = stack.pop()
+        if nid not in live:
+            live.add(nid)
+            stack.extend(graph.nx.predecessors(nid))
+    return {nid for nid, node in graph.nx.nodes(data="node")
+            if nid not in live and not (node.domain == "" and node.op == "Input")}
 
 
 def forwarded_input(graph: Graph, node: Node) -> Value | None:

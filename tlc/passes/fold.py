@@ -36,12 +36,12 @@ class FoldPass(Pass):
         result = PassResult()
         for node in graph.nodes():
             opdef = _foldable_opdef(node)
-            if opdef is None or not any(graph.num_uses(v) for v in node.outputs):
+            if opdef is None:
+                continue
+            found = _constant_inputs(graph, node, opdef)
+            if found is None or not any(graph.num_uses(v) for v in node.outputs):
                 continue
             self.current_node = node.name
-            found = _constant_inputs(graph, node, opdef)
-            if found is None:
-                continue
             inputs, largest_input = found
             limit = max(self.options.fold_size_limit, largest_input)
             if any(t is not None and t.numel is not None and t.numel > limit for t in node.output_types):
