@@ -36,6 +36,7 @@ from .passes import (
 
 PROG = "tlc-opt"
 INPUT_FORMATS = ("onnx", "tlc", "graphml")
+LARGE_MODEL_BYTES = 32 * 2**20   # models from this size on take a noticeable time to load
 
 
 class UsageError(TlcError):
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 2
     out_format = check_outputs(args)
     manager = make_manager(args, sys.stderr)
-    graph = load_input(args.input)
+    graph = load_input(args.input, progress=args.progress or _is_tty(sys.stderr))
     optimized, report = manager.run(graph)
     write_outputs(args, optimized, out_format)
     if args.stats:
@@ -200,11 +201,16 @@ def make_manager(args: argparse.Namespace, err: TextIO) -> PassManager:
                        **kwargs)
 
 
-def load_input(path: str) -> Graph:
-    if not Path(path).exists():
+def load_input(path: str, *, progress: bool = False) -> Graph:
+    """Read the model; with ``progress``, say so on stderr when the file is big enough to take a moment."""
+    file = Path(path)
+    if not file.exists():
         raise InvalidModelError(f"no such model file: {path!r}")
-    if Path(path).is_dir():
+    if file.is_dir():
         raise InvalidModelError(f"{path!r} is a directory, not a model file")
+    size = file.stat().st_size
+    if progress and size >= LARGE_MODEL_BYTES:
+        print(f"{PROG}: loading {path} ({size / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
     return tlc_io.load(path)
 
 
