@@ -209,3 +209,43 @@ def test_pass_failure_is_one_line_naming_the_pass(capsys, model, monkeypatch, tm
     code, _, err = run_cli(capsys, model, "--passes=cse", "-o", str(tmp_path / "o.onnx"))
     line = one_error_line(err)
     assert code == 1 and "pass 'cse' failed: RuntimeError: kaboom" in line and "--reproducer DIR" in line
+
+
+# ---------------------------------------------------------------------------- text IR, dumps, reproducers
+def test_text_ir_in_and_out(capsys, model, tmp_path):
+    code, stdout, _ = run_cli(capsys, model, "-O1", "--emit", "tlc")
+    assert code == 0 and stdout.startswith("graph @demo")
+    text_file = tmp_path / "demo.opt.tlc"
+    text_file.write_text(stdout)
+    code, again, _ = run_cli(capsys, str(text_file), "-O1", "--emit=tlc")
+    assert code == 0 and again == stdout           # optimizing an optimized graph changes nothing
+    out = tmp_path / "again.tlc"
+    code, _, _ = run_cli(capsys, str(text_file), "--passes=", "-o", str(out))
+    assert code == 0 and tlc.io.load(out).structural_hash() == tlc.io.load(text_file).structural_hash()
+
+
+def test_dot_and_graphml_dumps(capsys, model, tmp_path):
+    dot, graphml = tmp_path / "g.dot", tmp_path / "g.graphml"
+    code, _, err = run_cli(capsys, model, "-O2", "--dump-dot", str(dot), "--dump-graphml", str(graphml), "--stats")
+    assert code == 0
+    assert dot.read_text().lstrip().startswith("digraph") and "cluster" in dot.read_text()
+    loaded = tlc.io.load(graphml)
+    assert loaded.op_counts() == {"Constant": 1, "Input": 1, "tlc.Fused": 1}
+    assert _row(err, "tlc.Fused") == ["0", "1"]
+
+
+def test_reproducer_from_the_command_line(capsys, model, monkeypatch, tmp_path):
+    from tlc.passes.cse import CsePass
+
+    def explode(self, graph):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(CsePass, "run", explode)
+    repro = tmp_path / "repro"
+    code, _, err = run_cli(capsys, model, "--passes=fold,dce,cse", "--reproducer", str(repro))
+    line = one_error_line(err)
+    (saved,) = repro.iterdir()
+    assert code == 1 and saved.name == "002-cse.before.tlc"
+    assert f"(hint: reproduce with: tlc-opt {saved} --passes=cse)" in line
+    graph = tlc.io.load(saved)
+    assert sorted(graph.op_counts()) == ["Add", "Constant", "Input", "Mul"]   # folded and cleaned: fold,dce ran

@@ -12,6 +12,7 @@ from pass_testing import assert_same_outputs, ops, random_feeds
 import tlc
 from tlc.io.onnx import to_onnx
 from tlc.ir.graph import Graph
+from tlc.ir.text import load_text
 from tlc.passes import (
     LEVEL_ORDER,
     Pass,
@@ -275,9 +276,8 @@ def test_reproducer_is_the_graph_before_the_failing_pass(monkeypatch, rng, tmp_p
     with pytest.raises(tlc.PassError) as info:
         PassManager("fold,dce,raises-test", reproducer_dir=tmp_path / "repro").run(g)
     err = info.value
-    text_ir = pytest.importorskip("tlc.ir.text", reason="the textual IR is not merged yet")
     assert err.reproducer is not None and f"rerun: tlc-opt {err.reproducer} --passes=raises-test" in str(err)
-    saved = text_ir.load_text(err.reproducer)
+    saved = load_text(err.reproducer)
     expected, _ = PassManager("fold,dce").run(g)
     assert saved.structural_hash() == expected.structural_hash()
 

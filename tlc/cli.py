@@ -23,6 +23,7 @@ from typing import TextIO
 from . import io as tlc_io
 from .errors import InvalidModelError, PassError, TlcError, UnsupportedOperatorError, ValidationError
 from .ir.graph import Graph
+from .ir.text import print_graph
 from .passes import (
     PassInstrument,
     PassManager,
@@ -218,8 +219,6 @@ def write_outputs(args: argparse.Namespace, graph: Graph, out_format: str | None
     if args.output is not None:
         _save(graph, args.output, out_format)
     elif out_format == "tlc":
-        from .ir.text import print_graph
-
         text = print_graph(graph)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if args.dump_dot is not None:

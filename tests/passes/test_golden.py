@@ -137,7 +137,6 @@ def collect() -> list:
 
 @pytest.mark.parametrize("case", collect())
 def test_golden(case: Case, tmp_path):
-    pytest.importorskip("tlc.ir.text", reason="the textual IR is not merged yet")
     runs = [r for r in parse_run_lines(case.file) if uses_prefix(case, r.check_prefix)]
     assert runs, f"{case.file.name} case {case.index} (line {case.first_line}): no RUN line's prefix is checked"
     for run in runs:
@@ -146,7 +145,6 @@ def test_golden(case: Case, tmp_path):
 
 
 def test_every_pass_has_a_golden_file():
-    pytest.importorskip("tlc.ir.text", reason="the textual IR is not merged yet")
     from tlc.passes import all_passes
 
     missing = [cls.name for cls in all_passes() if cls.name in ("fold", "dce", "cse")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ..errors import PassError, ValidationError
 from ..ir.graph import Graph
+from ..ir.text import print_graph
 from .base import Pass, PassResult
 
 if TYPE_CHECKING:
@@ -37,17 +38,7 @@ class PassInstrument:
 
 def graph_text(graph: Graph) -> str:
     """The graph in the textual IR."""
-    try:
-        from ..ir.text import print_graph
-    except ImportError:  # TEMPORARY: until tlc.ir.text is merged; a plain listing, one node a line
-        return "\n".join(_plain_line(graph, n) for n in graph.nodes()) + "\n"
     return print_graph(graph)
-
-
-def _plain_line(graph: Graph, node) -> str:
-    args = ", ".join("_" if v is None else "%" + graph.value_name(v) for v in graph.inputs_of(node))
-    outs = ", ".join("%" + n for n in node.output_names)
-    return f"{outs} = {node.qualified_op}({args}) {sorted(node.attrs)}"
 
 
 class PrintIRInstrument(PassInstrument):

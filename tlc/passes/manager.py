@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import PassError, ValidationError
 from ..ir.graph import Graph
+from ..ir.text import save_text
 from .base import Pass, PassOptions, PassResult
 from .instruments import PassInstrument, VerifyInstrument
 from .pipeline import Stage, known_passes, level_pipeline, parse_pipeline, unknown_pass_error
@@ -156,10 +157,6 @@ class PassManager:
 
     def _write_reproducer(self, p: Pass, snapshot: Graph, run_index: int) -> tuple[str | None, str]:
         """Write the graph as it was before ``p`` ran; returns the path (None if not written) and a note."""
-        try:
-            from ..ir.text import save_text
-        except ImportError:
-            return None, "no reproducer written: the textual IR (tlc.ir.text) is not available in this build"
         # NOTE: the file name is made of the pass name (from the registry) only, never of model names.
         path = self.reproducer_dir / f"{run_index:03d}-{p.name}.before.tlc"
         try:
