@@ -113,7 +113,7 @@ def test_invalid_model_is_a_one_line_error(capsys, tmp_path):
 # ---------------------------------------------------------------------------- writing
 def test_writes_an_optimized_model_that_onnxruntime_runs(capsys, model, tmp_path):
     out = tmp_path / "opt.onnx"
-    code, stdout, err = run_cli(capsys, model, "-O1", "-o", str(out))
+    code, stdout, err = run_cli(capsys, model, "-O1", "--verify-each", "-o", str(out))
     assert code == 0 and stdout == "" and err == ""
     optimized = onnx.load(str(out))
     assert sorted(n.op_type for n in optimized.graph.node) == ["Add", "Mul", "Mul"]

@@ -34,6 +34,7 @@ from .passes import (
     all_passes,
     describe_levels,
 )
+from .passes.pipeline import MAX_OPT_LEVEL
 
 PROG = "tlc-opt"
 INPUT_FORMATS = ("onnx", "tlc", "graphml")
@@ -174,8 +175,6 @@ def check_outputs(args: argparse.Namespace) -> str | None:
         if path is not None and same_file(path, args.input):
             raise UsageError(f"{flag} {path!r} is the input file; tlc-opt does not overwrite its input",
                              "write to another file")
-    if args.dump_dot is not None:
-        tlc_io.format_of(args.dump_dot, "dot")
     return out_format
 
 
@@ -183,8 +182,8 @@ def make_manager(args: argparse.Namespace, err: TextIO) -> PassManager:
     """The PassManager the flags ask for, with their instruments installed."""
     for flag, value, low in (("-O", args.opt_level, 0), ("--max-iterations", args.max_iterations, 1),
                              ("--fold-size-limit", args.fold_size_limit, 0)):
-        if value is not None and (value < low or (flag == "-O" and value > 3)):
-            allowed = "0 to 3" if flag == "-O" else f"an integer >= {low}"
+        if value is not None and (value < low or (flag == "-O" and value > MAX_OPT_LEVEL)):
+            allowed = f"0 to {MAX_OPT_LEVEL}" if flag == "-O" else f"an integer >= {low}"
             raise UsageError(f"{flag} {value} is out of range: expected {allowed}")
     options = PassOptions(fast_math=args.fast_math)
     if args.fold_size_limit is not None:

@@ -145,7 +145,7 @@ class PassManager:
     def _failure(self, p: Pass, exc: Exception, snapshot: Graph | None, run_index: int) -> PassError:
         node = (exc.node if isinstance(exc, PassError) else "") or p.current_node or ""
         if isinstance(exc, PassError) and exc.pass_name == p.name:
-            message = str(exc)
+            message = str(exc) if str(exc).startswith(f"pass {p.name!r}") else f"pass {p.name!r}: {exc}"
         else:
             where = f" at node {node!r}" if node else ""
             message = f"pass {p.name!r} failed{where}: {type(exc).__name__}: {exc}"
