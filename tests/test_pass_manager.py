@@ -318,3 +318,17 @@ def test_opt_level_reaches_pass_options():
     pm = PassManager("fold", opt_level=3, options=PassOptions(fast_math=True))
     assert pm.options.opt_level == 3 and pm.options.fast_math
     assert PassManager(options=PassOptions(opt_level=1)).options.opt_level == 1
+
+
+def test_pipeline_as_a_list_of_names_passes_and_groups(rng):
+    from tlc.passes.fold import FoldPass
+
+    fold = FoldPass(PassOptions(fold_size_limit=0))
+    pm = PassManager([fold, ["dce", "cse"], "dce"])
+    assert str(pm) == "fold (dce,cse) dce"
+    assert [(s.fixed_point, s.passes[0] is fold) for s in pm.stages] == [(False, True), (True, False), (False, False)]
+    out, report = pm.run(messy_graph(rng))
+    assert report.records[0].stats == {"folded": 1}     # scalars never exceed a limit of 0: nothing grows
+    assert ops(out) == ["MatMul", "Mul", "Add", "Tanh"]
+    with pytest.raises(tlc.PassError, match="must be a pass name or a Pass, got int"):
+        PassManager(["fold", 3])

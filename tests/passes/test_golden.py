@@ -167,3 +167,20 @@ def test_split_and_run_lines(tmp_path):
     f.write_text("# RUN: python %s\n")
     with pytest.raises(ValueError, match="must be 'tlc-opt %s"):
         parse_run_lines(f)
+
+
+def test_runner_checks_output_and_failures(tmp_path):
+    f = tmp_path / "demo.tlc"
+    f.write_text("# RUN: tlc-opt %s --passes=dce --emit=tlc\n"
+                 "# RUN: not tlc-opt %s --passes=nope 2>&1 | filecheck %s --check-prefix=ERR\n"
+                 "graph @g {\n  %x = Input : float32[2]\n  %n = Neg(%x)\n  return %x\n}\n"
+                 "# CHECK: %x = Input\n# CHECK-NOT: Neg\n# ERR: unknown pass 'nope'\n")
+    (case,) = split_cases(f)
+    work = tmp_path / "work"
+    work.mkdir()
+    results = [run_case(case, run, work) for run in parse_run_lines(f)]
+    assert results == [(True, ""), (True, "")]
+    f.write_text(f.read_text().replace("# CHECK-NOT: Neg", "# CHECK-NEXT: return %n"))
+    (case,) = split_cases(f)
+    ok, message = run_case(case, parse_run_lines(f)[0], work)
+    assert not ok and "demo.tlc:9: error" in message and "--- tlc-opt output ---" in message
