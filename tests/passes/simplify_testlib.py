@@ -238,3 +238,18 @@ def assert_same_numbers(before: tlc.Graph, after: tlc.Graph, feeds: dict[str, np
             assert w.tobytes() == g.tobytes(), f"{name}: not bit-identical\n{w}\n{g}"
         else:
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=name)
+
+
+def check_rewrite(graph: tlc.Graph, rule: str, expected_ops: list[str], rng: np.random.Generator, *,
+                  fires: bool = True, exact: bool = True, opt_level: int = 2, fast_math: bool = False,
+                  specials: bool = True, rtol: float = 1e-5, atol: float = 1e-6) -> tlc.Graph:
+    """Simplify a copy of ``graph``; check that ``rule`` fired (or not), the ops left, and the numbers."""
+    after, stats = simplify(graph, opt_level=opt_level, fast_math=fast_math)
+    assert ops(after) == expected_ops, (ops(after), stats)
+    if fires:
+        assert stats.get(rule, 0) >= 1, stats
+    else:
+        assert rule not in stats, stats
+    feeds = random_feeds(graph, rng, specials=specials)
+    assert_same_numbers(graph, after, feeds, exact=exact, rtol=rtol, atol=atol)
+    return after

@@ -101,9 +101,9 @@ def _reshape_chain_rewrite(m: Match, b: Builder):
     return b.op("Reshape", m["x"], m["shape"], allowzero=m.attrs("outer")["allowzero"])
 
 
-def _axes_pair_check(m: Match, squeezed_rank_of: str) -> str | None:
-    """Unsqueeze and Squeeze on the same axes (each normalised against the rank it is defined for)."""
-    ttype = m.graph.type_of(m[squeezed_rank_of])
+def _axes_pair_check(m: Match, full_rank_of: str) -> str | None:
+    """Unsqueeze and Squeeze on the same axes, each normalised against the rank with the axes present."""
+    ttype = m.graph.type_of(m[full_rank_of])
     if ttype is None or ttype.rank is None:
         return "rank unknown"
     ua, sa = int_list(m.const("ua")), int_list(m.const("sa"))
@@ -130,7 +130,7 @@ def _slice_all_check(m: Match) -> str | None:
         whole_end = end >= SLICE_TO_END or (isinstance(dim, int) and end >= dim)
         if step != 1 or not (whole_start and whole_end):
             return f"axis {axis} is sliced [{start}:{end}:{step}] of {dim}"
-    return root_keeps_type(m)
+    return None
 
 
 def _shape_kept(m: Match) -> str | None:
@@ -173,7 +173,7 @@ RULES = RuleSet("algebraic", (
     Rule("unsqueeze-squeeze", Op("Unsqueeze", Op("Squeeze", X, Const(name="sa"), shared=True),
                                    Const(name="ua")),
          _x, lambda m: _axes_pair_check(m, "x"), description="Unsqueeze(Squeeze(x, a), a) -> x"),
-    Rule("concat-single", Op("Concat", X), _x, root_keeps_type, description="Concat of one input -> x"),
+    Rule("concat-single", Op("Concat", X), _x, description="Concat of one input -> x"),
     Rule("slice-everything", Op("Slice", X, Const(name="starts"), Const(name="ends"), Opt(Const(name="axes")),
                                 Opt(Const(name="steps"))),
          _x, _slice_all_check, description="Slice that takes every element -> x"),
