@@ -211,3 +211,21 @@ def test_dead_matched_nodes_are_erased_but_live_ones_kept(rng):
     apply_rules(g, [rule])
     assert ops(g) == ["Neg"] and g.outputs == [(x, "y"), (n1, "n1_out")]
     assert_same_numbers(before, g, random_feeds(before, rng))
+
+
+def test_trait_root_and_tracing_do_not_change_results(rng):
+    """A trait pattern roots at every op with the trait; the tracer (which turns off the matcher's quick
+    pre-check to report full reasons) finds exactly the same rewrites."""
+    from tlc.ops import Trait
+
+    g, x = _graph()
+    a = g.add_node("Exp", [g.add_node("Relu", [x])])
+    b = g.add_node("MatMul", [a, g.constant(np.ones((4, 4), np.float32))])
+    g.output(g.add_node("Tanh", [b]), "y")
+    rule = Rule("ew-of-relu", Op(Trait.ELEMENTWISE, Op("Relu", Var("x"))), lambda m, b: b.op(m.root.op, m["x"]))
+    plain, traced = g.copy(), g.copy()
+    tracer = Tracer(min_progress=1)
+    assert apply_rules(plain, [rule]).counts == apply_rules(traced, [rule], tracer=tracer).counts == {"ew-of-relu": 1}
+    assert ops(plain) == ops(traced) == ["Exp", "MatMul", "Tanh"]
+    assert ("ew-of-relu", "Tanh") in {(m.rule, m.op) for m in tracer.near_misses}, "Tanh of a MatMul: near miss"
+

@@ -124,3 +124,17 @@ def test_registered_and_introspectable():
                                           "arith"}
     table = rules_table().splitlines()
     assert len(table) == len(rows) and table[0].split()[:3] == ["identity", "algebraic", "-O1"]
+
+
+def test_tracer_sees_the_same_rewrites_and_explains_the_rest(rng):
+    from tlc.passes.rewrite import Tracer
+
+    g, _ = from_onnx(transformer_mlp_block(rng))
+    tracer = Tracer()
+    traced, traced_stats = simplify(g, tracer=tracer)
+    plain, plain_stats = simplify(g)
+    assert traced_stats == plain_stats and ops(traced) == ops(plain)
+    assert sorted(r for r, _ in tracer.applied) == sorted(
+        r for r, n in plain_stats.items() if r != "nodes_removed" for _ in range(n))
+    reasons = {m.rule: m.reason for m in tracer.near_misses}
+    assert "kept as MatMul + Add" in reasons["matmul-add-to-gemm"]

@@ -27,44 +27,84 @@ from ..ops.registry import Trait, lookup
 FLOAT = "float"
 
 
-class _FailLog:
-    """The failure that got furthest (most op nodes matched), for the tracer's near-miss report."""
+class MatchContext:
+    """What matching reads of a graph, cached (valid until the graph changes: ``invalidate``), and the log of why
+    the last match attempt failed (kept only when ``trace`` is on: the failure that got furthest, formatted
+    lazily)."""
 
-    def __init__(self) -> None:
+    def __init__(self, graph: Graph, trace: bool = False):
+        self.graph = graph
+        self.trace = trace
+        self._nodes: dict[int, Node] = {}
+        self._inputs: dict[int, list[Value | None]] = {}
         self.progress = -1
-        self.reason = ""
+        self._reason: Callable[[], str] | None = None
 
-    def fail(self, state: _State, reason: str, extra: int = 0) -> None:
-        progress = len(state.matched) + extra
-        if progress > self.progress:
-            self.progress, self.reason = progress, reason
+    def invalidate(self) -> None:
+        self._nodes.clear()
+        self._inputs.clear()
+
+    def start(self) -> None:
+        """Forget the previous attempt's failure."""
+        self.progress, self._reason = -1, None
+
+    def node(self, value: Value) -> Node:
+        node = self._nodes.get(value.node)
+        if node is None:
+            node = self._nodes[value.node] = self.graph.node(value.node)
+        return node
+
+    def inputs(self, node: Node) -> list[Value | None]:
+        ins = self._inputs.get(node.id)
+        if ins is None:
+            ins = self._inputs[node.id] = self.graph.inputs_of(node)
+        return ins
+
+    def type_of(self, value: Value) -> TensorType | None:
+        return self.node(value).output_types[value.port]
+
+    def const_value(self, value: Value) -> np.ndarray | None:
+        node = self.node(value)
+        return node.attrs.get("value") if node.op == "Constant" and node.domain == "" else None
+
+    def fail(self, progress: int, reason: Callable[[], str]) -> None:
+        if self.trace and progress > self.progress:
+            self.progress, self._reason = progress, reason
+
+    @property
+    def reason(self) -> str:
+        return self._reason() if self._reason is not None else ""
 
 
 class _State:
     """Bindings of one partial match; forked (shallow copies) whenever a binding is added."""
 
-    __slots__ = ("graph", "values", "nodes", "memo", "matched", "log")
+    __slots__ = ("ctx", "values", "nodes", "memo", "matched")
 
-    def __init__(self, graph: Graph, log: _FailLog):
-        self.graph = graph
-        self.log = log
+    def __init__(self, ctx: MatchContext):
+        self.ctx = ctx
         self.values: dict[str, Value] = {}
         self.nodes: dict[str, Node] = {}
         self.memo: dict[int, Value] = {}
         self.matched: tuple[tuple[int, bool], ...] = ()   # (node id, may keep other users)
 
+    @property
+    def graph(self) -> Graph:
+        return self.ctx.graph
+
     def fork(self) -> _State:
-        st = _State(self.graph, self.log)
+        st = _State(self.ctx)
         st.values, st.nodes, st.memo = dict(self.values), dict(self.nodes), dict(self.memo)
         st.matched = self.matched
         return st
 
-    def fail(self, reason: str, extra: int = 0) -> None:
-        """Record why matching stopped; ``extra`` = 1 when the node's op type already matched."""
-        self.log.fail(self, reason, extra)
+    def fail(self, reason: Callable[[], str], extra: int = 0) -> None:
+        """Record why matching stopped (``reason`` formats it on demand); ``extra`` = 1 once the node's op type
+        matched."""
+        self.ctx.fail(len(self.matched) + extra, reason)
 
     def describe(self, value: Value) -> str:
-        node = self.graph.node(value)
+        node = self.ctx.node(value)
         return f"{node.qualified_op} {node.name!r}"
 
 
@@ -80,7 +120,7 @@ def _bind(st: _State, name: str | None, value: Value) -> Iterator[_State]:
     elif bound == value:
         yield st
     else:
-        st.fail(f"{name!r} is bound to {st.graph.value_name(bound)!r} but here it would be "
+        st.fail(lambda: f"{name!r} is bound to {st.graph.value_name(bound)!r} but here it would be "
                 f"{st.graph.value_name(value)!r}")
 
 
@@ -120,6 +160,10 @@ class Pattern:
         """Cheap pre-filter: could a match rooted at ``node`` exist? (Only root patterns need it.)"""
         return False
 
+    def root_ops(self) -> frozenset[str] | None:
+        """The op types a match can be rooted at (None: any op, the pattern asks a trait or a predicate)."""
+        return frozenset()
+
 
 def as_pattern(p: Pattern | float | int) -> Pattern:
     """Numbers in a pattern mean constants equal to them: ``Op("Add", X, 0.0)``."""
@@ -143,14 +187,14 @@ class Var(Pattern):
     def matches(self, value: Value | None, st: _State) -> Iterator[_State]:
         label = self.name or "value"
         if value is None:
-            st.fail(f"{label}: input is missing")
+            st.fail(lambda: f"{label}: input is missing")
             return
-        reason = self.type.violation(st.graph.type_of(value))
+        reason = self.type.violation(st.ctx.type_of(value))
         if reason:
-            st.fail(f"{label} ({st.describe(value)}) {reason}")
+            st.fail(lambda: f"{label} ({st.describe(value)}) {reason}")
             return
         if self.where is not None and not self.where(st.graph, value):
-            st.fail(f"{label} ({st.describe(value)}) does not satisfy its predicate")
+            st.fail(lambda: f"{label} ({st.describe(value)}) does not satisfy its predicate")
             return
         yield from _bind(st, self.name, value)
 
@@ -187,20 +231,20 @@ class Const(Pattern):
 
     def matches(self, value: Value | None, st: _State) -> Iterator[_State]:
         if value is None:
-            st.fail(f"{self!r}: input is missing")
+            st.fail(lambda: f"{self!r}: input is missing")
             return
-        array = st.graph.const_value(value)
+        array = st.ctx.const_value(value)
         if array is None:
-            st.fail(f"expected a constant ({self!r}), got {st.describe(value)}")
+            st.fail(lambda: f"expected a constant ({self!r}), got {st.describe(value)}")
             return
         if self.scalar and array.size != 1:
-            st.fail(f"expected a one-element constant, got shape {list(array.shape)}")
+            st.fail(lambda: f"expected a one-element constant, got shape {list(array.shape)}")
             return
         if self.value is not None and not _close_to(array, self.value, self.rtol, self.atol):
-            st.fail(f"expected constant {self.value!r}, got {_summary(array)}")
+            st.fail(lambda: f"expected constant {self.value!r}, got {_summary(array)}")
             return
         if self.where is not None and not self.where(array):
-            st.fail(f"constant {_summary(array)} does not satisfy the predicate of {self!r}")
+            st.fail(lambda: f"constant {_summary(array)} does not satisfy the predicate of {self!r}")
             return
         yield from _bind(st, self.name, value)
 
@@ -234,6 +278,7 @@ class Op(Pattern):
         self.shared = shared
         self.extra_inputs = extra_inputs
         self.type = TypeSpec(dtype, rank, static)
+        self._needs: list[frozenset[str] | None] | None = None
 
     def describe_op(self) -> str:
         if isinstance(self.op, str):
@@ -243,6 +288,13 @@ class Op(Pattern):
         if callable(self.op):
             return "an op accepted by the pattern's predicate"
         return "/".join(self.op)
+
+    def root_ops(self) -> frozenset[str] | None:
+        if isinstance(self.op, str):
+            return frozenset([self.op])
+        if isinstance(self.op, Trait) or callable(self.op):
+            return None
+        return frozenset(self.op)
 
     def root_accepts(self, node: Node) -> bool:
         if node.domain != self.domain:
@@ -258,27 +310,30 @@ class Op(Pattern):
 
     def matches(self, value: Value | None, st: _State) -> Iterator[_State]:
         if value is None:
-            st.fail(f"expected {self.describe_op()}, the input is missing")
+            st.fail(lambda: f"expected {self.describe_op()}, the input is missing")
             return
         seen = st.memo.get(id(self))
         if seen is not None:
             if seen == value:
                 yield st
             else:
-                st.fail(f"the same {self.describe_op()} should feed both uses, got {st.describe(seen)} and "
+                st.fail(lambda: f"the same {self.describe_op()} should feed both uses, got {st.describe(seen)} and "
                         f"{st.describe(value)}")
             return
-        node = st.graph.node(value)
+        node = st.ctx.node(value)
         if not self.root_accepts(node):
-            st.fail(f"expected {self.describe_op()}, got {node.qualified_op} {node.name!r}")
+            st.fail(lambda: f"expected {self.describe_op()}, got {node.qualified_op} {node.name!r}")
             return
         reason = self._node_violation(node, value, st)
         if reason:
-            st.fail(reason, extra=1)
+            st.fail(lambda: reason, extra=1)
             return
-        found = list(st.graph.inputs_of(node))
+        found = list(st.ctx.inputs(node))
         if len(found) > len(self.inputs) and not self.extra_inputs and any(found[len(self.inputs):]):
-            st.fail(f"{node.qualified_op} {node.name!r} has {len(found)} inputs, the pattern {len(self.inputs)}")
+            st.fail(lambda: f"{node.qualified_op} {node.name!r} has {len(found)} inputs, "
+                            f"the pattern {len(self.inputs)}")
+            return
+        if not st.ctx.trace and not self._inputs_may_match(node, found, st.ctx):
             return
         found += [None] * (len(self.inputs) - len(found))
         new = st.fork()
@@ -286,20 +341,35 @@ class Op(Pattern):
         new.matched = st.matched + ((node.id, self.shared),)
         if self.name is not None:
             if self.name in new.nodes and new.nodes[self.name].id != node.id:
-                st.fail(f"{self.name!r} is bound to node {new.nodes[self.name].name!r}, here {node.name!r}")
+                st.fail(lambda: f"{self.name!r} is bound to node {new.nodes[self.name].name!r}, here {node.name!r}")
                 return
             new.nodes[self.name] = node
         for order in self._orders(node):
             for bound in _bind(new, self.name, value):
                 yield from _match_all(self.inputs, [found[i] for i in order], bound, 0)
 
+    def _inputs_may_match(self, node: Node, found: list[Value | None], ctx: MatchContext) -> bool:
+        """A cheap necessary condition (producer op types of the inputs) checked before backtracking.
+
+        Skipped while tracing, so that near misses get the full matcher's reasons.
+        """
+        needs = self._needs
+        if needs is None:
+            needs = self._needs = [_producer_ops(p) for p in self.inputs]
+        if all(need is None for need in needs):
+            return True
+        kinds = [None if v is None else ctx.node(v).op for v in found]
+        if len(self._orders(node)) > 1:
+            present = set(kinds)
+            return all(need is None or not need.isdisjoint(present) for need in needs)
+        return all(need is None or kind in need for need, kind in zip(needs, kinds))
+
     def _node_violation(self, node: Node, value: Value, st: _State) -> str | None:
-        where = f"{node.qualified_op} {node.name!r}"
         if value.port != self.port:
-            return f"expected output {self.port} of {where}, got output {value.port}"
-        reason = self.type.violation(st.graph.type_of(value))
+            return f"expected output {self.port} of {node.qualified_op} {node.name!r}, got output {value.port}"
+        reason = self.type.violation(st.ctx.type_of(value))
         if reason:
-            return f"{where} {reason}"
+            return f"{node.qualified_op} {node.name!r} {reason}"
         if self.attrs:
             opdef = lookup(node.op, node.domain)
             have = opdef.resolved_attrs(node) if opdef is not None else dict(node.attrs)
@@ -307,7 +377,7 @@ class Op(Pattern):
                 got = have.get(key)
                 ok = bool(want(got)) if callable(want) else _attr_equal(got, want)
                 if not ok:
-                    return f"{where}: attribute {key}={got!r} does not match the pattern"
+                    return f"{node.qualified_op} {node.name!r}: attribute {key}={got!r} does not match the pattern"
         return None
 
     def _orders(self, node: Node) -> list[Sequence[int]]:
@@ -319,6 +389,15 @@ class Op(Pattern):
 
     def __repr__(self) -> str:
         return f"Op({self.describe_op()}{', ' if self.inputs else ''}{', '.join(map(repr, self.inputs))})"
+
+
+def _producer_ops(p: Pattern) -> frozenset[str] | None:
+    """The op types that can produce a value ``p`` matches (None: anything, or a missing input)."""
+    if isinstance(p, Const):
+        return frozenset(["Constant"])
+    if isinstance(p, (Op, OneOf)):
+        return p.root_ops()
+    return None
 
 
 def _attr_equal(got: Any, want: Any) -> bool:
@@ -350,6 +429,15 @@ class OneOf(Pattern):
 
     def root_accepts(self, node: Node) -> bool:
         return any(a.root_accepts(node) for a in self.alternatives)
+
+    def root_ops(self) -> frozenset[str] | None:
+        found: frozenset[str] = frozenset()
+        for alt in self.alternatives:
+            ops = alt.root_ops()
+            if ops is None:
+                return None
+            found |= ops
+        return found
 
     def __repr__(self) -> str:
         return f"OneOf({', '.join(map(repr, self.alternatives))})"
@@ -422,11 +510,11 @@ class Match:
         return opdef.resolved_attrs(node) if opdef is not None else dict(node.attrs)
 
 
-def find_matches(graph: Graph, pattern: Pattern, node: Node, log: _FailLog | None = None) -> Iterator[Match]:
+def find_matches(graph: Graph, pattern: Pattern, node: Node, ctx: MatchContext | None = None) -> Iterator[Match]:
     """Every structural match of ``pattern`` rooted at ``node``'s output ``pattern.port`` (lazily)."""
-    log = log or _FailLog()
+    ctx = ctx or MatchContext(graph)
     port = getattr(pattern, "port", 0)
     if port >= node.num_outputs:
         return
-    for st in pattern.matches(Value(node.id, port), _State(graph, log)):
+    for st in pattern.matches(Value(node.id, port), _State(ctx)):
         yield Match(graph, node, st)

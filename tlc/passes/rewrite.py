@@ -33,12 +33,12 @@ from .patterns import (  # noqa: F401  (re-exported: rule modules import the who
     FLOAT,
     Const,
     Match,
+    MatchContext,
     OneOf,
     Op,
     Opt,
     Pattern,
     Var,
-    _FailLog,
     find_matches,
 )
 
@@ -172,11 +172,14 @@ class RewriteResult:
         return sum(self.counts.values())
 
 
-def find_match(graph: Graph, rule: Rule, node: Node, tracer: Tracer | None = None) -> Match | None:
+def find_match(graph: Graph, rule: Rule, node: Node, tracer: Tracer | None = None,
+               ctx: MatchContext | None = None) -> Match | None:
     """The first match of ``rule`` rooted at ``node`` that passes the single-use constraints and ``check``."""
-    log = _FailLog()
+    ctx = ctx or MatchContext(graph)
+    ctx.trace = tracer is not None
+    ctx.start()
     refusal = ""
-    for match in find_matches(graph, rule.pattern, node, log):
+    for match in find_matches(graph, rule.pattern, node, ctx):
         reason = _shared_intermediate(graph, match) or (rule.check(match) if rule.check else None)
         if reason is None:
             return match
@@ -184,8 +187,8 @@ def find_match(graph: Graph, rule: Rule, node: Node, tracer: Tracer | None = Non
     if tracer is not None:
         if refusal:
             tracer.near_miss(rule, node, refusal)
-        elif log.progress >= tracer.min_progress:
-            tracer.near_miss(rule, node, log.reason)
+        elif ctx.progress >= tracer.min_progress:
+            tracer.near_miss(rule, node, ctx.reason)
     return None
 
 
@@ -226,29 +229,43 @@ def apply_rules(graph: Graph, rules: Sequence[Rule], *, max_sweeps: int = 16, tr
 
 def _sweep(graph: Graph, rules: Sequence[Rule], tracer: Tracer | None, result: RewriteResult,
            pass_name: str) -> bool:
+    """One pass over every rule; True when something changed.
+
+    NOTE: the topological order is computed once per sweep (it is the expensive part); nodes created during the
+    sweep are visited after the old ones, in creation order, which keeps the order deterministic.
+    """
+    order = graph.nodes()
+    position = {n.id: i for i, n in enumerate(order)}
+    by_op: dict[str, list[Node]] = {}
+    for n in order:
+        by_op.setdefault(n.op, []).append(n)
+    created: list[Node] = []
+    ctx = MatchContext(graph)
     changed = False
-    order: list[Node] | None = None
     for rule in rules:
-        if order is None:
-            order = graph.nodes()
-        for node in [n for n in order if rule.pattern.root_accepts(n)]:
-            if node.id not in graph.nx or graph.node(node.id) is not node:
-                continue  # erased by an earlier rewrite in this sweep
-            match = find_match(graph, rule, node, tracer)
+        ops = rule.pattern.root_ops()
+        if ops is None:
+            candidates = order + created
+        else:
+            old = sorted((n for op in ops for n in by_op.get(op, ())), key=lambda n: position[n.id])
+            candidates = old + [n for n in created if n.op in ops]
+        for node in candidates:
+            if node.id not in graph.nx or not rule.pattern.root_accepts(node):
+                continue  # erased by an earlier rewrite, or another domain/trait
+            match = find_match(graph, rule, node, tracer, ctx)
             if match is None:
                 continue
-            _apply(graph, rule, match, pass_name)
+            created += [graph.node(nid) for nid in _apply(graph, rule, match, pass_name) if nid in graph.nx]
+            ctx.invalidate()
             result.counts[rule.name] = result.counts.get(rule.name, 0) + 1
             if tracer is not None:
                 tracer.fired(rule, node)
             changed = True
-            order = None
-        # NOTE: nodes a rule created are visited by later rules once the order is recomputed, and by this rule
-        # on the next sweep; erased nodes are skipped above.
     return changed
 
 
-def _apply(graph: Graph, rule: Rule, match: Match, pass_name: str) -> None:
+def _apply(graph: Graph, rule: Rule, match: Match, pass_name: str) -> list[int]:
+    """Build the replacement, rewire the root's users to it, erase what died; returns the new nodes' ids."""
     root = match.root
     builder = Builder(graph, root)
     result = rule.rewrite(match, builder)
@@ -265,6 +282,7 @@ def _apply(graph: Graph, rule: Rule, match: Match, pass_name: str) -> None:
         graph.replace_all_uses(old, new)
     erase_dead(graph, [root, *match.matched])
     _restore_output_names(graph)
+    return builder.created
 
 
 def _check_same_type(old: TensorType | None, new: TensorType | None, where: str, pass_name: str,
