@@ -22,106 +22,10 @@ import numpy as np
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import FLOAT_DTYPES, TensorType
 from ..ops.registry import Trait, lookup
+from .match import Match, MatchContext, MatchState, bind
 
 #: dtype constraint: any floating-point dtype.
 FLOAT = "float"
-
-
-class MatchContext:
-    """What matching reads of a graph, cached (valid until the graph changes: ``invalidate``), and the log of why
-    the last match attempt failed (kept only when ``trace`` is on: the failure that got furthest, formatted
-    lazily)."""
-
-    def __init__(self, graph: Graph, trace: bool = False):
-        self.graph = graph
-        self.trace = trace
-        self._nodes: dict[int, Node] = {}
-        self._inputs: dict[int, list[Value | None]] = {}
-        self.progress = -1
-        self._reason: Callable[[], str] | None = None
-
-    def invalidate(self) -> None:
-        self._nodes.clear()
-        self._inputs.clear()
-
-    def start(self) -> None:
-        """Forget the previous attempt's failure."""
-        self.progress, self._reason = -1, None
-
-    def node(self, value: Value) -> Node:
-        node = self._nodes.get(value.node)
-        if node is None:
-            node = self._nodes[value.node] = self.graph.node(value.node)
-        return node
-
-    def inputs(self, node: Node) -> list[Value | None]:
-        ins = self._inputs.get(node.id)
-        if ins is None:
-            ins = self._inputs[node.id] = self.graph.inputs_of(node)
-        return ins
-
-    def type_of(self, value: Value) -> TensorType | None:
-        return self.node(value).output_types[value.port]
-
-    def const_value(self, value: Value) -> np.ndarray | None:
-        node = self.node(value)
-        return node.attrs.get("value") if node.op == "Constant" and node.domain == "" else None
-
-    def fail(self, progress: int, reason: Callable[[], str]) -> None:
-        if self.trace and progress > self.progress:
-            self.progress, self._reason = progress, reason
-
-    @property
-    def reason(self) -> str:
-        return self._reason() if self._reason is not None else ""
-
-
-class _State:
-    """Bindings of one partial match; forked (shallow copies) whenever a binding is added."""
-
-    __slots__ = ("ctx", "values", "nodes", "memo", "matched")
-
-    def __init__(self, ctx: MatchContext):
-        self.ctx = ctx
-        self.values: dict[str, Value] = {}
-        self.nodes: dict[str, Node] = {}
-        self.memo: dict[int, Value] = {}
-        self.matched: tuple[tuple[int, bool], ...] = ()   # (node id, may keep other users)
-
-    @property
-    def graph(self) -> Graph:
-        return self.ctx.graph
-
-    def fork(self) -> _State:
-        st = _State(self.ctx)
-        st.values, st.nodes, st.memo = dict(self.values), dict(self.nodes), dict(self.memo)
-        st.matched = self.matched
-        return st
-
-    def fail(self, reason: Callable[[], str], extra: int = 0) -> None:
-        """Record why matching stopped (``reason`` formats it on demand); ``extra`` = 1 once the node's op type
-        matched."""
-        self.ctx.fail(len(self.matched) + extra, reason)
-
-    def describe(self, value: Value) -> str:
-        node = self.ctx.node(value)
-        return f"{node.qualified_op} {node.name!r}"
-
-
-def _bind(st: _State, name: str | None, value: Value) -> Iterator[_State]:
-    if name is None:
-        yield st
-        return
-    bound = st.values.get(name)
-    if bound is None:
-        new = st.fork()
-        new.values[name] = value
-        yield new
-    elif bound == value:
-        yield st
-    else:
-        st.fail(lambda: f"{name!r} is bound to {st.graph.value_name(bound)!r} but here it would be "
-                f"{st.graph.value_name(value)!r}")
 
 
 class TypeSpec:
@@ -153,7 +57,7 @@ class TypeSpec:
 class Pattern:
     """Something that matches a value (or, for ``Opt``, a missing optional input)."""
 
-    def matches(self, value: Value | None, st: _State) -> Iterator[_State]:  # pragma: no cover - abstract
+    def matches(self, value: Value | None, st: MatchState) -> Iterator[MatchState]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def root_accepts(self, node: Node) -> bool:
@@ -184,7 +88,7 @@ class Var(Pattern):
         self.type = TypeSpec(dtype, rank, static)
         self.where = where
 
-    def matches(self, value: Value | None, st: _State) -> Iterator[_State]:
+    def matches(self, value: Value | None, st: MatchState) -> Iterator[MatchState]:
         label = self.name or "value"
         if value is None:
             st.fail(lambda: f"{label}: input is missing")
@@ -196,7 +100,7 @@ class Var(Pattern):
         if self.where is not None and not self.where(st.graph, value):
             st.fail(lambda: f"{label} ({st.describe(value)}) does not satisfy its predicate")
             return
-        yield from _bind(st, self.name, value)
+        yield from bind(st, self.name, value)
 
     def __repr__(self) -> str:
         return f"Var({self.name!r})"
@@ -229,7 +133,7 @@ class Const(Pattern):
         self.scalar = scalar
         self.where = where
 
-    def matches(self, value: Value | None, st: _State) -> Iterator[_State]:
+    def matches(self, value: Value | None, st: MatchState) -> Iterator[MatchState]:
         if value is None:
             st.fail(lambda: f"{self!r}: input is missing")
             return
@@ -246,7 +150,7 @@ class Const(Pattern):
         if self.where is not None and not self.where(array):
             st.fail(lambda: f"constant {_summary(array)} does not satisfy the predicate of {self!r}")
             return
-        yield from _bind(st, self.name, value)
+        yield from bind(st, self.name, value)
 
     def __repr__(self) -> str:
         parts = [repr(self.value)] if self.value is not None else []
@@ -308,7 +212,7 @@ class Op(Pattern):
             return opdef.has(self.op) if isinstance(self.op, Trait) else bool(self.op(opdef))
         return node.op in self.op
 
-    def matches(self, value: Value | None, st: _State) -> Iterator[_State]:
+    def matches(self, value: Value | None, st: MatchState) -> Iterator[MatchState]:
         if value is None:
             st.fail(lambda: f"expected {self.describe_op()}, the input is missing")
             return
@@ -345,7 +249,7 @@ class Op(Pattern):
                 return
             new.nodes[self.name] = node
         for order in self._orders(node):
-            for bound in _bind(new, self.name, value):
+            for bound in bind(new, self.name, value):
                 yield from _match_all(self.inputs, [found[i] for i in order], bound, 0)
 
     def _inputs_may_match(self, node: Node, found: list[Value | None], ctx: MatchContext) -> bool:
@@ -364,7 +268,7 @@ class Op(Pattern):
             return all(need is None or not need.isdisjoint(present) for need in needs)
         return all(need is None or kind in need for need, kind in zip(needs, kinds))
 
-    def _node_violation(self, node: Node, value: Value, st: _State) -> str | None:
+    def _node_violation(self, node: Node, value: Value, st: MatchState) -> str | None:
         if value.port != self.port:
             return f"expected output {self.port} of {node.qualified_op} {node.name!r}, got output {value.port}"
         reason = self.type.violation(st.ctx.type_of(value))
@@ -406,8 +310,8 @@ def _attr_equal(got: Any, want: Any) -> bool:
     return got == want
 
 
-def _match_all(patterns: Sequence[Pattern], values: Sequence[Value | None], st: _State,
-               i: int) -> Iterator[_State]:
+def _match_all(patterns: Sequence[Pattern], values: Sequence[Value | None], st: MatchState,
+               i: int) -> Iterator[MatchState]:
     if i == len(patterns):
         yield st
         return
@@ -423,7 +327,7 @@ class OneOf(Pattern):
             raise ValueError("OneOf needs at least one alternative")
         self.alternatives = [as_pattern(a) for a in alternatives]
 
-    def matches(self, value: Value | None, st: _State) -> Iterator[_State]:
+    def matches(self, value: Value | None, st: MatchState) -> Iterator[MatchState]:
         for alt in self.alternatives:
             yield from alt.matches(value, st)
 
@@ -449,7 +353,7 @@ class Opt(Pattern):
     def __init__(self, inner: Pattern | float | int | None = None):
         self.inner = None if inner is None else as_pattern(inner)
 
-    def matches(self, value: Value | None, st: _State) -> Iterator[_State]:
+    def matches(self, value: Value | None, st: MatchState) -> Iterator[MatchState]:
         if value is None or self.inner is None:
             yield st
         else:
@@ -459,62 +363,11 @@ class Opt(Pattern):
         return f"Opt({self.inner!r})"
 
 
-class Match:
-    """A found match: captured values (``m["x"]`` or ``m.x``), captured nodes, and every matched op node."""
-
-    def __init__(self, graph: Graph, root: Node, st: _State):
-        self.graph = graph
-        self.root = root
-        self.values = st.values
-        self.nodes = st.nodes
-        ids: dict[int, bool] = {}
-        for nid, shared in st.matched:
-            ids[nid] = ids.get(nid, False) or shared
-        self.matched: list[Node] = [graph.node(n) for n in ids]
-        self.shared: frozenset[int] = frozenset(n for n, s in ids.items() if s)
-
-    def __getitem__(self, name: str) -> Value:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise KeyError(f"the match captured no {name!r}; it has {sorted(self.values)}") from None
-
-    def __getattr__(self, name: str) -> Value:
-        if name.startswith("_") or name in ("values", "nodes"):
-            raise AttributeError(name)
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(f"the match captured no {name!r}; it has {sorted(self.values)}") from None
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.values
-
-    def get(self, name: str, default: Value | None = None) -> Value | None:
-        return self.values.get(name, default)
-
-    def node(self, name: str) -> Node:
-        return self.nodes[name]
-
-    def const(self, name: str) -> np.ndarray | None:
-        """The array behind capture ``name`` when it is a constant (None when absent or not constant)."""
-        return self.graph.const_value(self.values.get(name))
-
-    def type(self, name: str) -> TensorType | None:
-        return self.graph.type_of(self[name])
-
-    def attrs(self, name: str) -> dict[str, Any]:
-        """The attributes of captured node ``name`` with the registry's defaults filled in."""
-        node = self.nodes[name]
-        opdef = lookup(node.op, node.domain)
-        return opdef.resolved_attrs(node) if opdef is not None else dict(node.attrs)
-
-
 def find_matches(graph: Graph, pattern: Pattern, node: Node, ctx: MatchContext | None = None) -> Iterator[Match]:
     """Every structural match of ``pattern`` rooted at ``node``'s output ``pattern.port`` (lazily)."""
     ctx = ctx or MatchContext(graph)
     port = getattr(pattern, "port", 0)
     if port >= node.num_outputs:
         return
-    for st in pattern.matches(Value(node.id, port), _State(ctx)):
+    for st in pattern.matches(Value(node.id, port), MatchState(ctx)):
         yield Match(graph, node, st)

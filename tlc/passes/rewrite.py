@@ -29,18 +29,12 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops.registry import is_registered, lookup
 from .base import PassOptions
-from .patterns import (  # noqa: F401  (re-exported: rule modules import the whole DSL from here)
-    FLOAT,
-    Const,
-    Match,
-    MatchContext,
-    OneOf,
-    Op,
-    Opt,
-    Pattern,
-    Var,
-    find_matches,
-)
+from .match import Match, MatchContext
+from .patterns import FLOAT, Const, OneOf, Op, Opt, Pattern, Var, find_matches
+
+#: the pattern DSL is re-exported here: rule modules import everything they need from ``tlc.passes.rewrite``.
+__all__ = ["FLOAT", "Builder", "Const", "Match", "NearMiss", "OneOf", "Op", "Opt", "Pattern", "RewriteResult", "Rule",
+           "RuleSet", "Tracer", "Var", "apply_rules", "erase_dead", "find_match"]
 
 logger = logging.getLogger("tlc.passes.rewrite")
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..patterns import Match
-from ..rewrite import Builder, Const, Op, Opt, Rule, RuleSet, Var
+from ..rewrite import Builder, Const, Match, Op, Opt, Rule, RuleSet, Var
 from .common import SLICE_TO_END, int_list, is_int, normalize, root_keeps_type, shapes_known_equal
 
 X = Var("x")

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..patterns import Match
-from ..rewrite import FLOAT, Builder, Const, Op, Rule, RuleSet, Var
+from ..rewrite import FLOAT, Builder, Const, Match, Op, Rule, RuleSet, Var
 
 
 def _reciprocal(c: np.ndarray) -> np.ndarray:

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..patterns import Match
-from ..rewrite import FLOAT, Builder, Const, Op, Opt, Rule, RuleSet, Var
+from ..rewrite import FLOAT, Builder, Const, Match, Op, Opt, Rule, RuleSet, Var
 
 _PARAMS = ("scale", "bias", "mean", "var")
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...ir.graph import Graph, Value
 from ...ir.types import FLOAT_DTYPES, INT_DTYPES, Shape, TensorType
-from ..patterns import Match
+from ..match import Match
 
 #: Slice ends at or beyond this (INT32_MAX, as exporters write "to the end") take the rest of an axis.
 SLICE_TO_END = 2**31 - 1

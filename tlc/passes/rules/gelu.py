@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..patterns import Match
-from ..rewrite import FLOAT, Builder, Const, OneOf, Op, Pattern, Rule, RuleSet, Var
+from ..rewrite import FLOAT, Builder, Const, Match, OneOf, Op, Pattern, Rule, RuleSet, Var
 from .common import root_keeps_type
 
 CONST_RTOL = 1e-4

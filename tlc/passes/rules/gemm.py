@@ -11,8 +11,7 @@ applies the bias as an epilogue on the MatMul's output buffer. The rule refuses 
 
 from __future__ import annotations
 
-from ..patterns import Match
-from ..rewrite import FLOAT, Builder, Const, Op, Rule, RuleSet, Var
+from ..rewrite import FLOAT, Builder, Const, Match, Op, Rule, RuleSet, Var
 from .common import same_type_reason, unidirectional_broadcast_reason
 
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..patterns import Match
-from ..rewrite import FLOAT, Builder, Const, OneOf, Op, Rule, RuleSet, Var
+from ..rewrite import FLOAT, Builder, Const, Match, OneOf, Op, Rule, RuleSet, Var
 from .common import int_list, normalize, root_keeps_type, shapes_known_equal, unidirectional_broadcast_reason
 
 _KEEP = {"keepdims": 1}

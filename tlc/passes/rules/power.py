@@ -15,8 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.types import FLOAT_DTYPES, NUMERIC_DTYPES
-from ..patterns import Match
-from ..rewrite import Builder, Const, Op, Rule, RuleSet, Var
+from ..rewrite import Builder, Const, Match, Op, Rule, RuleSet, Var
 from .common import root_keeps_type
 
 

@@ -8,8 +8,7 @@ Both reductions must reduce the same single axis with keepdims.
 
 from __future__ import annotations
 
-from ..patterns import Match
-from ..rewrite import FLOAT, Builder, Const, Op, Rule, RuleSet, Var
+from ..rewrite import FLOAT, Builder, Const, Match, Op, Rule, RuleSet, Var
 from .common import int_list, normalize
 
 _KEEP = {"keepdims": 1}
