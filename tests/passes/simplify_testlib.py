@@ -208,7 +208,8 @@ def ops(graph: tlc.Graph) -> list[str]:
 
 def random_feeds(graph: tlc.Graph, rng: np.random.Generator, sizes: dict[str, int] | None = None,
                  specials: bool = False) -> dict[str, np.ndarray]:
-    """Random inputs (normal floats; with ``specials`` some nan, ±inf, ±0 mixed in); symbols take ``sizes``."""
+    """Random inputs (normal floats, with ``specials`` some nan, ±inf, ±0 mixed in; small ints; bools False);
+    symbolic dims take ``sizes``."""
     sizes = {"N": 3, **(sizes or {})}
     feeds = {}
     for node in graph.inputs:
@@ -219,6 +220,8 @@ def random_feeds(graph: tlc.Graph, rng: np.random.Generator, sizes: dict[str, in
             if specials and a.size >= 6:
                 flat = a.reshape(-1)
                 flat[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30]
+        elif t.dtype == "bool":
+            a = np.zeros(shape, bool)   # flags such as Dropout's training_mode: off
         else:
             a = rng.integers(-5, 6, shape).astype(t.dtype)
         feeds[node.name] = a

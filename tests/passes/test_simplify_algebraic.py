@@ -44,6 +44,10 @@ CASES = [
     ("dropout-inference", lambda g, x: g.add_node("Dropout", [x]), "float32", ("N", 4), True, [], {}),
     ("dropout-inference", lambda g, x: g.add_node("Dropout", [x, c(g, 0.5), g.constant(np.bool_(False))]),
      "float32", ("N", 4), True, [], {}),
+    ("dropout-inference", lambda g, x: g.add_node("Dropout", [x], output_names=["d", "mask"])[0], "float32",
+     ("N", 4), False, ["Dropout"], {}),  # the mask output exists
+    ("dropout-inference", lambda g, x: g.add_node("Dropout", [x, None, g.input("train", "bool", ())]), "float32",
+     ("N", 4), False, ["Dropout"], {}),  # training_mode is not a constant
     ("neg-neg", lambda g, x: g.add_node("Neg", [g.add_node("Neg", [x])]), "float32", ("N", 4), True, [], {}),
     ("mul-one", lambda g, x: g.add_node("Mul", [x, c(g, 1.0)]), "float32", ("N", 4), True, [], {}),
     ("mul-one", lambda g, x: g.add_node("Mul", [c(g, [1.0] * 4), x]), "float32", ("N", 4), True, [], {}),

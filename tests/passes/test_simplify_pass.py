@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import tlc
-from tlc.io.onnx import from_onnx
+from tlc.io.onnx import from_onnx, to_onnx
 from tlc.passes.base import PassOptions, get_pass
 from tlc.passes.simplify import SimplifyPass, list_rules, rules_table
 
@@ -94,6 +94,10 @@ def test_exported_transformer_block(batch_dims, expected, rng):
     np.testing.assert_allclose(tlc.reference.run(g, {"x": x})["y"], want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(tlc.reference.run(after, {"x": x})["y"], want, rtol=1e-4, atol=1e-5)
     assert after.outputs[0][1] == "y" and after.value_name(after.outputs[0][0]) == "y"
+    exported = to_onnx(after)   # the simplified graph is valid ONNX and onnxruntime computes the same
+    assert [n.op_type for n in exported.graph.node] == expected
+    got = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, atol=1e-5)
 
 
 def test_levels_select_rules(rng):

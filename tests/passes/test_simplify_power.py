@@ -38,6 +38,12 @@ def test_integer_base_with_integer_exponent(exponent, rule, after, rng):
     check_rewrite(pow_graph(exponent, "int32", exp_dtype="int64"), rule, after + ["Relu"], rng)
 
 
+def test_integer_reciprocal_stays():
+    """int ** -1 is an error in numpy's reference (there is nothing to compare); the rule is for floats only."""
+    after, stats = simplify(pow_graph(-1, "int32", exp_dtype="int64"))
+    assert ops(after) == ["Pow", "Relu"] and not stats
+
+
 def test_integer_base_with_float_exponent_stays(rng):
     """int ** 2.0 goes through float and back in the reference; x*x wraps: not the same on overflow."""
     check_rewrite(pow_graph(2.0, "int32", exp_dtype="float32"), "pow-two", ["Pow", "Relu"], rng, fires=False)
