@@ -142,3 +142,20 @@ def test_tracer_sees_the_same_rewrites_and_explains_the_rest(rng):
         r for r, n in plain_stats.items() if r != "nodes_removed" for _ in range(n))
     reasons = {m.rule: m.reason for m in tracer.near_misses}
     assert "kept as MatMul + Add" in reasons["matmul-add-to-gemm"]
+
+
+def test_untyped_text_graph_is_typed_then_simplified(rng):
+    from tlc.ir.text import parse_graph
+
+    g = parse_graph("""graph @t {
+      %x = Input : float32[N,4]
+      %one = Constant {value = dense<float32[]> [1.0]}
+      %a = Mul(%x, %one)
+      %y = Relu(%a)
+      return %y
+    }""")
+    assert g.type_of(g.value("a")) is None
+    after, stats = simplify(g)
+    assert stats["mul-one"] == 1 and ops(after) == ["Relu"] and str(after.type_of(after.value("y"))) == "float32[N,4]"
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(tlc.reference.run(after, {"x": x})["y"], np.maximum(x, 0))

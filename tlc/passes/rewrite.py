@@ -124,7 +124,7 @@ class Tracer:
 
 
 class Builder:
-    """What a rewrite builds the replacement with: new ops and constants in the graph, named after the root."""
+    """What a rewrite builds the replacement with: new ops (named after their op type) and constants."""
 
     def __init__(self, graph: Graph, root: Node):
         self.graph = graph
@@ -134,7 +134,7 @@ class Builder:
     def op(self, op: str, *inputs: Value | None, domain: str = "", num_outputs: int | None = None,
            **attrs: Any) -> Any:
         """Add ``op`` on ``inputs`` (None = missing optional input); returns its output (a tuple when several)."""
-        out = self.graph.add_node(op, list(inputs), domain=domain, name=f"{self.root.name}/{op}",
+        out = self.graph.add_node(op, list(inputs), domain=domain, name=op,
                                   num_outputs=num_outputs, **attrs)
         first = out if isinstance(out, Value) else out[0]
         self.created.append(first.node)
@@ -147,7 +147,7 @@ class Builder:
             ttype = self.graph.type_of(like)
             if ttype is not None:
                 arr = arr.astype(ttype.dtype)
-        v = self.graph.constant(arr, name=name or f"{self.root.name}/const")
+        v = self.graph.constant(arr, name=name)
         self.created.append(v.node)
         return v
 

@@ -2,7 +2,8 @@
 
 At -O1 the exact simple rules run; -O2 adds the canonical rewrites and recognitions; rules that change rounding
 run only with ``fast_math`` (each rule's ``min_level`` and ``fast_math`` against ``PassOptions``). Rules whose
-target op is not registered are skipped. Counters per rule name go into the PassResult stats.
+target op is not registered are skipped. Counters per rule name go into the PassResult stats. Types are
+inferred first when some are missing (a graph read from text may be untyped): rules check types.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.graph import Graph
+from ..ir.types import TensorType
 from .base import Pass, PassOptions, PassResult, register_pass
 from .rewrite import Rule, Tracer, apply_rules
 from .rules import all_rules
@@ -61,6 +63,7 @@ class SimplifyPass(Pass):
         return [r for _, r in all_rules() if r.enabled(self.options) and r.available]
 
     def run(self, graph: Graph) -> PassResult:
+        _ensure_types(graph)
         outcome = apply_rules(graph, self.active_rules(), max_sweeps=self.max_sweeps, tracer=self.tracer,
                               pass_name=self.name)
         result = PassResult()
@@ -71,3 +74,14 @@ class SimplifyPass(Pass):
         if not outcome.converged:
             result.stats["unconverged"] = 1
         return result
+
+
+def _ensure_types(graph: Graph) -> None:
+    """Type a graph that has untyped values (text IR may omit types); rules check types before they fire."""
+    nodes = graph.nodes()
+    if all(t is not None for n in nodes if n.op != "Input" for t in n.output_types):
+        return
+    for node in nodes:
+        if node.op == "Constant" and node.domain == "" and node.output_types[0] is None:
+            node.output_types[0] = TensorType.of(node.attrs["value"])
+    graph.infer_types()

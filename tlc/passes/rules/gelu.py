@@ -48,8 +48,10 @@ def _tanh_form() -> OneOf:
 
 
 def _gelu(approximate: str):
+    attrs = {} if approximate == "none" else {"approximate": approximate}  # "none" is the default
+
     def rewrite(m: Match, b: Builder):
-        return b.op("Gelu", m["x"], approximate=approximate)
+        return b.op("Gelu", m["x"], **attrs)
 
     return rewrite
 
