@@ -229,3 +229,15 @@ def test_trait_root_and_tracing_do_not_change_results(rng):
     assert ops(plain) == ops(traced) == ["Exp", "MatMul", "Tanh"]
     assert ("ew-of-relu", "Tanh") in {(m.rule, m.op) for m in tracer.near_misses}, "Tanh of a MatMul: near miss"
 
+
+
+def test_outputs_named_apart_from_their_values_are_left_alone():
+    """Only the output whose value a rewrite replaced takes its name back; ``return %v as "probs"`` stays."""
+    g, x = _graph()
+    h = g.add_node("Relu", [x], name="h")
+    g.output(h, "probs")
+    g.rename_value(h, "h")           # the output name differs from the value's on purpose
+    y = g.add_node("Mul", [h, g.constant(np.float32(1.0))])
+    g.output(g.add_node("Neg", [y], name="y"), "y")
+    apply_rules(g, [MUL_ONE])
+    assert g.value_name(h) == "h" and g.outputs[0] == (h, "probs")

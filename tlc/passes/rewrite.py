@@ -6,7 +6,8 @@ A ``Rule`` pairs a DAG pattern (``tlc.passes.patterns``) with an optional ``chec
 and checks that the replacement has the root's type.
 
 Driver order (deterministic): sweeps over the rule list in order; each rule visits the nodes its root could
-match in topological order (node id breaks ties) and fires wherever it matches. Sweeps repeat until one makes
+match in topological order (node id breaks ties; nodes created during the sweep come after, in creation order)
+and fires wherever it matches. Sweeps repeat until one makes
 no change, at most ``max_sweeps`` times. Rules earlier in a list therefore win: put exact clean-ups first and,
 among recognitions of overlapping shapes, the largest pattern first (LayerNorm with gamma and beta before
 LayerNorm without).
@@ -271,11 +272,15 @@ def _apply(graph: Graph, rule: Rule, match: Match, pass_name: str) -> list[int]:
     for nid in builder.created:
         if any(v is not None and v.node == root.id for v in graph.inputs_of(nid)):
             raise PassError(f"{where}: the replacement reads the root it replaces", pass_name, root.name)
+    renames = []
     for old, new in zip(root.outputs, news):
         _check_same_type(graph.type_of(old), graph.type_of(new), f"{where}, output {old.port}", pass_name, root)
+        if any(v == old and name == graph.value_name(old) for v, name in graph.outputs):
+            renames.append((new, graph.value_name(old)))
         graph.replace_all_uses(old, new)
     erase_dead(graph, [root, *match.matched])
-    _restore_output_names(graph)
+    for new, name in renames:
+        _adopt_output_name(graph, new, name)
     return builder.created
 
 
@@ -313,12 +318,11 @@ def erase_dead(graph: Graph, candidates: Iterable[Node]) -> int:
     return erased
 
 
-def _restore_output_names(graph: Graph) -> None:
-    """Give each graph output's value the output's name again when a rewrite replaced the named value."""
-    values = [v for v, _ in graph.outputs]
-    for value, name in graph.outputs:
-        if graph.value_name(value) == name or graph.has_value(name) or values.count(value) > 1:
-            continue
-        if graph.node(value.node).op == "Input":
-            continue
-        graph.rename_value(value, name)
+def _adopt_output_name(graph: Graph, value: Value, name: str) -> None:
+    """Give ``value`` the name of the graph output it now computes (the replaced value had it), when it can:
+    the name is free again, the value is no graph input, and it is not also an output under another name."""
+    if graph.value_name(value) == name or graph.has_value(name) or graph.node(value.node).op == "Input":
+        return
+    if any(v == value and n != name for v, n in graph.outputs):
+        return
+    graph.rename_value(value, name)
