@@ -65,7 +65,7 @@ def test_opt_levels_take_passes_by_min_level():
         names = {n for stage in level_pipeline(level) for n in stage.names}
         assert names == {cls.name for cls in all_passes() if cls.min_level <= level}
     assert level_pipeline(0) == ()
-    assert str(PassManager(opt_level=1)).startswith("(fold,dce)")
+    assert str(PassManager(opt_level=1)).startswith("(fold,")
 
 
 def test_every_registered_pass_is_placed_in_the_level_order():
@@ -121,7 +121,7 @@ def test_unknown_pass_names_list_the_known_ones():
 
 def test_skip_leaves_passes_out(rng):
     g = messy_graph(rng)
-    pm = PassManager(opt_level=2, skip="cse,fuse")
+    pm = PassManager(opt_level=2, skip="cse,fuse,simplify")
     assert "cse" not in pm.pass_names and "fold" in pm.pass_names
     out, report = pm.run(g)
     assert {r.name for r in report.records} == {"fold", "dce"}
