@@ -29,9 +29,10 @@ def assert_close(got, want):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=name)
 
 
-def test_eager_compiles_in_compile_and_runs_in_place(codegen, rng):
-    g = fused_graph()
-    plan = compile(g, jit="eager")
+@pytest.mark.parametrize("n_outputs", [1, 2])
+def test_eager_compiles_in_compile_and_runs_in_place(codegen, n_outputs, rng):
+    g = fused_graph(n_outputs=n_outputs)
+    plan = compile(g, opt_level=0, jit="eager")
     (kernel,) = codegen.kernels
     assert kernel.kind == "elementwise"
     x = rng.standard_normal((6, 4), dtype=np.float32)
@@ -47,7 +48,7 @@ def test_eager_compiles_in_compile_and_runs_in_place(codegen, rng):
 
 def test_lazy_swaps_in_after_hot_threshold(codegen, rng):
     g = fused_graph()
-    plan = compile(g, jit="lazy", hot_threshold=3)
+    plan = compile(g, opt_level=0, jit="lazy", hot_threshold=3)
     assert codegen.kernels == []
     x = rng.standard_normal((3, 4), dtype=np.float32)
     want = reference(g, x)
@@ -68,7 +69,7 @@ def test_concurrent_runs_during_the_swap(monkeypatch, rng):
     fake = FakeCodegen(delay=0.2)
     monkeypatch.setattr(fused, "codegen", fake)
     g = fused_graph()
-    plan = compile(g, jit="lazy", hot_threshold=2)
+    plan = compile(g, opt_level=0, jit="lazy", hot_threshold=2)
     inputs = [rng.standard_normal((1 + i, 4), dtype=np.float32) for i in range(8)]
     wants = [reference(g, x) for x in inputs]
     runs = [0] * 8
@@ -96,7 +97,7 @@ def test_failed_compile_warns_once_and_says_why(monkeypatch, rng):
     g = fused_graph(n_outputs=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plan = compile(g, jit="eager")
+        plan = compile(g, opt_level=0, jit="eager")
         plan.run({"x": np.ones((2, 4), np.float32)})
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(msgs) == 1 and "unsupported primitive 'erf'" in msgs[0]
@@ -109,7 +110,7 @@ def test_failed_compile_warns_once_and_says_why(monkeypatch, rng):
 
 def test_jit_off_never_compiles(codegen, rng):
     g = fused_graph()
-    plan = compile(g, jit="off", hot_threshold=1)
+    plan = compile(g, opt_level=0, jit="off", hot_threshold=1)
     x = rng.standard_normal((2, 4), dtype=np.float32)
     for _ in range(3):
         assert_close(plan.run({"x": x}), reference(g, x))
@@ -119,7 +120,7 @@ def test_jit_off_never_compiles(codegen, rng):
 @pytest.mark.parametrize("jit", ["eager", "lazy"])
 def test_epilogue_runs_contraction_then_elementwise_in_place(codegen, jit, rng):
     g = epilogue_graph()
-    plan = compile(g, jit=jit, hot_threshold=1)
+    plan = compile(g, opt_level=0, jit=jit, hot_threshold=1)
     x = rng.standard_normal((5, 8), dtype=np.float32)
     want = reference(g, x)
     assert_close(plan.run({"x": x}), want)
@@ -129,14 +130,6 @@ def test_epilogue_runs_contraction_then_elementwise_in_place(codegen, jit, rng):
     assert kernel.kind == "elementwise" and kernel.calls == (2 if jit == "eager" else 1)
     assert [n.op for n in kernel.body.ops()] == ["Add", "Relu"]   # the MatMul ran as a library kernel
     assert plan.stats().steps[0].mode == "native"
-
-
-def fuse(graph: tlc.Graph) -> tlc.Graph:
-    from tlc.passes.fuse import FusePass
-
-    fused_graph = graph.copy()
-    assert FusePass().run(fused_graph).changed
-    return fused_graph
 
 
 def transformer_like() -> tlc.Graph:
@@ -154,22 +147,22 @@ def transformer_like() -> tlc.Graph:
 
 
 @pytest.mark.parametrize("jit", ["eager", "off"])
-def test_fuse_pass_output_runs_like_the_original(codegen, jit, rng):
+def test_opt_level_2_groups_run_like_the_original(codegen, jit, rng):
+    """The pass pipeline's fused groups (epilogue, reduction, ...) through the runtime, native and reference."""
     g = transformer_like()
-    fused_g = fuse(g)
-    kinds = sorted(n.attrs["kind"] for n in fused_g.nodes() if n.op == "Fused")
-    assert {"epilogue", "reduction"} <= set(kinds)
-    plan = compile(fused_g, jit=jit)
+    plan = compile(g, opt_level=2, jit=jit)
+    kinds = {s.op for s in plan.stats().steps}
+    assert {"tlc.Fused[epilogue]", "tlc.Fused[reduction]"} <= kinds
     for batch in (3, 8):
         x = rng.standard_normal((batch, 16), dtype=np.float32)
         assert_close(plan.run({"x": x}), reference(g, x))
-    modes = {s.op: s.mode for s in plan.stats().steps}
-    assert set(modes.values()) == ({"native"} if jit == "eager" else {"reference"})
-    assert len(codegen.kernels) == (len(kinds) if jit == "eager" else 0)
+    modes = {s.mode for s in plan.stats().steps if s.op.startswith("tlc.Fused")}
+    assert modes == ({"native"} if jit == "eager" else {"reference"})
+    assert len(codegen.kernels) == (len(plan.groups) if jit == "eager" else 0)
 
 
 def test_a_failing_kernel_is_named(codegen, rng):
-    plan = compile(fused_graph(), jit="eager")
+    plan = compile(fused_graph(), opt_level=0, jit="eager")
 
     def broken(inputs, outputs):
         raise ValueError("boom")
@@ -188,7 +181,7 @@ def test_a_split_that_crashes_leaves_the_epilogue_on_the_reference_path(monkeypa
     monkeypatch.setattr(fused, "codegen", lambda: (fake.compile_group, broken_split))
     g = epilogue_graph()
     with pytest.warns(RuntimeWarning, match="could not be split: ValueError: bad body"):
-        plan = compile(g, jit="eager")
+        plan = compile(g, opt_level=0, jit="eager")
     x = rng.standard_normal((3, 8), dtype=np.float32)
     assert_close(plan.run({"x": x}), reference(g, x))
     assert plan.stats().steps[0].mode == "reference" and fake.kernels == []

@@ -27,7 +27,7 @@ def small_graph() -> tlc.Graph:
 
 
 def test_profile_table_chrome_trace_and_collapsed(tmp_path, rng):
-    plan = compile(small_graph(), jit="off")
+    plan = compile(small_graph(), opt_level=0, jit="off")
     x = rng.standard_normal((3, 4), dtype=np.float32)
     plan.run({"x": x})                                     # not profiled
     for _ in range(3):
