@@ -45,9 +45,10 @@ def bench(name: str, graph: tlc.Graph, rounds: int, threads: int | None) -> None
     feeds = {n.name: np.random.default_rng(1).standard_normal(n.output_types[0].shape).astype(np.float32)
              for n in graph.inputs}
     contenders = {"reference": lambda: tlc.reference.run(graph, feeds)}
-    for jit in ("off", "eager"):
-        plan = compile(graph, jit=jit, num_threads=threads)
-        contenders[f"plan jit={jit}"] = (lambda p: lambda: p.run(feeds))(plan)
+    for level in (0, 2):
+        plan = compile(graph, opt_level=level, jit="eager", num_threads=threads)
+        contenders[f"plan -O{level}"] = (lambda p: lambda: p.run(feeds))(plan)
+        print(plan.stats(), "\n")
     want = contenders["reference"]()
     for label, fn in contenders.items():
         for _ in range(3):                                  # warm-up
