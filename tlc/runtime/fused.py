@@ -80,6 +80,11 @@ def jit_pool() -> ThreadPoolExecutor:
         return _JIT_POOL
 
 
+def _why(exc: Exception) -> str:
+    """A failure's reason for ``stats()``: a CompileError's message, or the type and message of a bug."""
+    return str(exc) if isinstance(exc, CompileError) else f"{type(exc).__name__}: {exc}"
+
+
 class GroupState:
     """One fused group's compiled kernel (or None: reference path), its counters and compile record."""
 
@@ -111,7 +116,7 @@ class GroupState:
         try:
             kernel = self._build()
         except Exception as exc:  # a codegen bug too must reach the user, also from the JIT thread
-            self.reason = str(exc) if isinstance(exc, CompileError) else f"{type(exc).__name__}: {exc}"
+            self.reason = _why(exc)
             self.status = "failed"
             self.on_failure(self)
             return
@@ -136,7 +141,7 @@ class GroupState:
             _, split_epilogue = codegen()
             self.split = EpilogueSplit(self.body, *split_epilogue(self.body))
         except Exception as exc:  # a codegen bug too: the group then stays on the reference path, with why
-            self.split_error = str(exc) if isinstance(exc, CompileError) else f"{type(exc).__name__}: {exc}"
+            self.split_error = _why(exc)
 
     def schedule(self) -> Future:
         """Compile on the background JIT thread (once)."""
