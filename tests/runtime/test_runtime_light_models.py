@@ -34,8 +34,9 @@ def expected_output(path: str) -> np.ndarray:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("opt_level", [0, 2])
 @pytest.mark.parametrize("path", light_models(), ids=os.path.basename)
-def test_light_model_compiles_and_matches_reference(path):
+def test_light_model_compiles_and_matches_reference(path, opt_level):
     try:
         graph = tlc.io.load(path)
     except tlc.UnsupportedOperatorError as exc:
@@ -46,11 +47,15 @@ def test_light_model_compiles_and_matches_reference(path):
         shape = node.output_types[0].shape
         n = int(np.prod(shape))
         feeds[node.name] = (np.arange(n, dtype=np.float32).reshape(shape) / n).astype(np.float32)
-    plan = tlc.runtime.compile(graph, opt_level=2, jit="eager")
+    plan = tlc.runtime.compile(graph, opt_level=opt_level, jit="eager")
     got = plan.run(feeds)
     want = tlc.reference.run(graph, feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
     first = graph.outputs[0][1]
     np.testing.assert_allclose(got[first], expected_output(path), rtol=1e-3, atol=1e-4)
-    assert plan.stats().totals["runs"] == 1
+    stats = plan.stats()
+    assert stats.totals["runs"] == 1
+    if opt_level == 0:   # unfused: every conv, GEMM and pooling step runs a library kernel
+        assert all(s.mode == "library" for s in stats.steps
+                   if s.op in ("Conv", "Gemm", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool", "LRN"))
