@@ -23,6 +23,8 @@ GLOBAL_TRAITS = POOL_TRAITS | {Trait.REDUCTION}
 def _pool_infer(ctx: InferContext) -> list[TensorType]:
     x = ctx.type(0)
     kernel = ctx.attrs["kernel_shape"]
+    if not kernel:
+        ctx.fail("required attribute 'kernel_shape' is missing")
     try:
         window = make_window(ctx.attrs, kernel, ctx.attrs.get("ceil_mode", 0))
     except ValueError as exc:
