@@ -124,6 +124,8 @@ def test_norm_errors_name_node_and_dims():
         g.add_node("GroupNormalization", [x, vec4, vec4], num_groups=3, name="gn")
     with pytest.raises(tlc.ShapeInferenceError, match="'ln'.*axis 4 is out of range for rank 4"):
         g.add_node("LayerNormalization", [x, vec4], axis=4, name="ln")
+    with pytest.raises(tlc.ShapeInferenceError, match="'ln4'.*4 outputs; LayerNormalization has at most 3"):
+        g.add_node("LayerNormalization", [x, vec4], num_outputs=4, name="ln4")
     ints = g.input("i", "int64", (2, 3))
     with pytest.raises(tlc.ShapeInferenceError, match="'lp'.*dtype int64"):
         g.add_node("LpNormalization", [ints], name="lp")

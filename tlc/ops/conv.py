@@ -66,8 +66,7 @@ def _conv_infer(ctx: InferContext) -> list[TensorType]:
         kernel = kernel_from(ctx.attrs, w.shape, nsp)
     except ValueError as exc:
         ctx.fail(str(exc))
-    if w.shape is not None and ctx.attrs.get("kernel_shape") and list(ws[2:]) != kernel and all(
-            isinstance(d, int) for d in ws[2:]):
+    if any(isinstance(d, int) and d != k for d, k in zip(ws[2:], kernel)):
         ctx.fail(f"kernel_shape {kernel} differs from the spatial dims of W {w}")
     window = _window_or_fail(ctx, kernel)
     spatial: list[Dim] = [None] * nsp

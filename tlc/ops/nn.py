@@ -159,14 +159,15 @@ register(OpDef(name="Einsum", infer=_einsum_infer, reference=einsum, inputs=(1, 
 
 # ---------------------------------------------------------------------------- softmax family
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    m = np.max(x, axis=axis, keepdims=True)
-    e = np.exp(x - m)
-    return (e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype, copy=False)
+    with np.errstate(invalid="ignore"):  # a row of -inf (a fully masked attention row) gives NaN, as in ORT
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return (e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype, copy=False)
 
 
 def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    return (shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))).astype(x.dtype, copy=False)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shifted = x - np.max(x, axis=axis, keepdims=True)
+        return (shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))).astype(x.dtype, copy=False)
 
 
 def hardmax(x: np.ndarray, axis: int) -> np.ndarray:

@@ -56,6 +56,8 @@ def _training_mode_error(where: str) -> UnsupportedOperatorError:
 def _batch_norm_infer(ctx: InferContext) -> list[TensorType]:
     if ctx.attrs["training_mode"]:
         raise _training_mode_error(f"node {ctx.node.name!r} (BatchNormalization)")
+    if ctx.node.num_outputs > 1:
+        ctx.fail(f"{ctx.node.num_outputs} outputs; running_mean and running_var exist only in training mode")
     x = _float_input(ctx)
     if x.rank is not None and x.rank < 2:
         ctx.fail(f"X {x} must have rank >= 2 (N, C, ...)")
@@ -90,6 +92,8 @@ def _stash_dtype(code: int) -> str:
 
 def _layer_norm_infer(ctx: InferContext) -> list[TensorType]:
     x = _float_input(ctx)
+    if ctx.node.num_outputs > 3:
+        ctx.fail(f"{ctx.node.num_outputs} outputs; LayerNormalization has at most 3 (Y, Mean, InvStdDev)")
     try:
         stash = _stash_dtype(ctx.attrs["stash_type"])
     except ValueError as exc:
@@ -121,7 +125,6 @@ def layer_norm(x, scale, bias=None, *, axis: int, epsilon: float, stash_type: in
 
 
 register(OpDef(name="LayerNormalization", infer=_layer_norm_infer, reference=layer_norm, inputs=(2, 3),
-               outputs=lambda attrs, n: 1,
                attrs={"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5), "stash_type": Attr("int", 1)},
                traits=NORM_TRAITS, cost=8, doc="Normalise over the dims from `axis` on; also gives Mean, InvStdDev."))
 

@@ -41,10 +41,9 @@ def _pool_infer(ctx: InferContext) -> list[TensorType]:
         except ValueError as exc:
             ctx.fail(f"X {x}: {exc}")
         out = TensorType(x.dtype, (*x.shape[:2], *spatial))
-    types = [out]
-    if ctx.node.num_outputs > 1:
-        types.append(out.with_dtype("int64"))
-    return types
+    if ctx.node.num_outputs > (2 if ctx.node.op == "MaxPool" else 1):
+        ctx.fail(f"{ctx.node.num_outputs} outputs; MaxPool has Y and Indices, the other pools only Y")
+    return [out, out.with_dtype("int64")][:ctx.node.num_outputs]
 
 
 def _lowest(dtype: np.dtype) -> Any:
@@ -141,7 +140,7 @@ def lp_pool(x: np.ndarray, *, p: int = 2, **attrs: Any) -> np.ndarray:
 
 
 _CEIL = {"ceil_mode": Attr("int", 0)}
-register(OpDef(name="MaxPool", infer=_pool_infer, reference=max_pool, inputs=(1, 1), outputs=lambda a, n: 1,
+register(OpDef(name="MaxPool", infer=_pool_infer, reference=max_pool, inputs=(1, 1),
                attrs={**window_attrs(kernel_required=True), **_CEIL, "storage_order": Attr("int", 0)},
                traits=POOL_TRAITS, cost=1, doc="Max pooling (NCHW), with the optional Indices output."))
 register(OpDef(name="AveragePool", infer=_pool_infer, reference=average_pool,
