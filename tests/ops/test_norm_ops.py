@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nn_helpers import check_against_ort, check_backend_case, output_types, single_node_model
+from nn_helpers import check_against_ort, check_backend_case, output_types, run_ort, run_tlc, single_node_model
 
 import tlc
 from tests.onnx_cases import cases_for
@@ -77,6 +77,15 @@ def test_instance_norm_matches_onnxruntime(rng, shape):
 def test_group_norm_matches_onnxruntime(rng, groups):
     inputs = {"x": _rand(rng, 2, 6, 4, 3) + 1, "scale": _rand(rng, 6), "bias": _rand(rng, 6)}
     check_against_ort("GroupNormalization", inputs, dict(num_groups=groups, epsilon=1e-4), rtol=1e-4, atol=1e-5)
+
+
+def test_group_norm_opset18_per_group_scale_matches_onnxruntime(rng):
+    """onnx's version converter keeps opset 18's per-group scale and bias; tlc applies them per group."""
+    inputs = {"x": _rand(rng, 2, 6, 3, 3), "scale": _rand(rng, 3), "bias": _rand(rng, 3)}
+    model = single_node_model("GroupNormalization", inputs, dict(num_groups=3), opset=18)
+    (want,) = run_ort(model, inputs)
+    _, (got,) = run_tlc(model, inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("size", [1, 3, 5])

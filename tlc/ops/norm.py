@@ -167,14 +167,20 @@ def _group_norm_infer(ctx: InferContext) -> list[TensorType]:
     channels = None if x.shape is None else x.shape[1]
     if groups < 1 or (isinstance(channels, int) and channels % groups):
         ctx.fail(f"num_groups {groups} does not divide the {channels} channels of X {x}")
-    _check_channel_params(ctx, 1, channels, "opset-21 GroupNormalization takes one value per channel")
+    scale = ctx.type(1).shape
+    if scale is not None and scale == (groups,) and channels != groups:
+        channels = groups  # opset 18's per-group scale and bias (onnx's version converter keeps them)
+    _check_channel_params(ctx, 1, channels, "one value per channel, or per group as in opset 18")
     return [x]
 
 
 def group_norm(x, scale, bias, *, epsilon: float, num_groups: int, stash_type: int) -> np.ndarray:
+    """Opset-21 GroupNormalization; scale and bias of length num_groups (opset 18) apply to each group."""
     n, c = x.shape[:2]
     xs = x.astype(_stash_dtype(stash_type), copy=False).reshape(n, num_groups, -1)
     y = _standardize(xs, (2,), epsilon).reshape(x.shape).astype(x.dtype)
+    if scale.size == num_groups != c:
+        scale, bias = np.repeat(scale, c // num_groups), np.repeat(bias, c // num_groups)
     return (y * scale.reshape(_channel_shape(x)) + bias.reshape(_channel_shape(x))).astype(x.dtype)
 
 
