@@ -63,7 +63,6 @@ def test_cycle_and_dangling_input_are_named():
         from_onnx(helper.make_model(helper.make_graph(dangling, "g", *io), opset_imports=[helper.make_opsetid("", 17)]))
 
 
-@pytest.mark.xfail(strict=True, reason="needs Flatten and Shape (tensor ops being registered)")
 def test_old_opset_softmax_semantics_are_converted(rng):
     vi = helper.make_tensor_value_info
     node = helper.make_node("Softmax", ["x"], ["y"], axis=1)

@@ -298,7 +298,7 @@ def _add_node(g: Graph, node: onnx.NodeProto, values: dict[str, Value]) -> None:
     output_names = [o or g.fresh_name(f"{node.name or node.op_type}_unused{i}") for i, o in enumerate(node.output)]
     outs = g.add_node(node.op_type, [values[n] if n else None for n in node.input], domain=domain,
                       name=_node_name(g, node), output_names=output_names, infer=False, doc=node.doc_string,
-                      **attrs)
+                      attrs=attrs)
     outs = (outs,) if isinstance(outs, Value) else outs
     for out_name, v in zip(node.output, outs):
         if out_name:
