@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir.types import FLOAT_DTYPES, TensorType
 from .registry import Attr, InferContext, OpDef, Trait, register
-from .window import end_pads_for, make_window, pad_spatial, taps, window_attrs
+from .window import Window, end_pads_for, make_window, pad_spatial, taps, window_attrs
 
 POOL_TRAITS = frozenset({Trait.PURE, Trait.FOLDABLE, Trait.LAYOUT_SENSITIVE})
 GLOBAL_TRAITS = POOL_TRAITS | {Trait.REDUCTION}
@@ -54,7 +54,8 @@ def _lowest(dtype: np.dtype) -> Any:
     return np.iinfo(dtype).min
 
 
-def _prepare(x: np.ndarray, attrs: dict[str, Any], value: Any):
+def _prepare(x: np.ndarray, attrs: dict[str, Any], value: Any) -> tuple[Window, list[int], list[int], list[int],
+                                                                   np.ndarray]:
     """The window, output sizes, begin and end pads, and the input padded with ``value`` so that every window
     fits (ceil_mode windows may run past the end pads)."""
     window = make_window(attrs, attrs["kernel_shape"], attrs.get("ceil_mode", 0))
@@ -81,7 +82,7 @@ def max_pool(x: np.ndarray, *, storage_order: int = 0, **attrs: Any) -> list[np.
     return [best, _flat_indices(x.shape, window, outs, begins, arg, storage_order)]
 
 
-def _flat_indices(shape: tuple[int, ...], window, outs: list[int], begins: list[int], arg: np.ndarray,
+def _flat_indices(shape: tuple[int, ...], window: Window, outs: list[int], begins: list[int], arg: np.ndarray,
                   storage_order: int) -> np.ndarray:
     """Indices into the flattened input (N and C included) of each maximum; column-major spatial axes when
     storage_order is 1 (N and C stay outermost, as onnxruntime computes them)."""
@@ -106,7 +107,7 @@ def _accumulate_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-def _tap_counts(window, sizes: list[int], outs: list[int], begins: list[int], ends: list[int],
+def _tap_counts(window: Window, sizes: list[int], outs: list[int], begins: list[int], ends: list[int],
                 include_pad: bool) -> np.ndarray:
     """How many taps of each window fall inside the input (or inside input plus declared pads): the divisor of
     AveragePool. The window is a product of per-axis tap sets, so the count is the product of per-axis counts."""
