@@ -136,7 +136,7 @@ class Builder:
            **attrs: Any) -> Any:
         """Add ``op`` on ``inputs`` (None = missing optional input); returns its output (a tuple when several)."""
         out = self.graph.add_node(op, list(inputs), domain=domain, name=op,
-                                  num_outputs=num_outputs, **attrs)
+                                  num_outputs=num_outputs, attrs=attrs)
         first = out if isinstance(out, Value) else out[0]
         self.created.append(first.node)
         return out
