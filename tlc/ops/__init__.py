@@ -1,6 +1,19 @@
 """The op registry and every operator tlc knows. Importing this package registers them all."""
 
-from . import elementwise, fused, index, layout, nn, reduce, resize, sort, tensor  # noqa: F401  (registration side effects)
+from . import (  # noqa: F401  (registration side effects)
+    conv,
+    elementwise,
+    fused,
+    index,
+    layout,
+    nn,
+    norm,
+    pool,
+    reduce,
+    resize,
+    sort,
+    tensor,
+)
 from .expr import Expr
 from .registry import (
     REQUIRED,

@@ -1,12 +1,18 @@
-"""Neural-network operators: MatMul, Gemm, convolutions, pooling, normalisations, Softmax."""
+"""Contractions and the softmax family: MatMul, Gemm, Einsum, Softmax, LogSoftmax, Hardmax.
+
+Convolutions live in ``conv``, pools in ``pool``, normalisations in ``norm``. Contractions multiply in the input
+dtype (float32 stays float32, accumulated by BLAS as onnxruntime's MLAS does).
+"""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from ..ir.types import TensorType
-from .infer import broadcast_shapes, normalize_axis
-from .registry import Attr, InferContext, OpDef, Trait, register
+from ..ir.types import Dim, TensorType
+from .infer import broadcast_dims, broadcast_shapes, normalize_axis
+from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, register
 
 PURE = frozenset({Trait.PURE, Trait.FOLDABLE})
 
@@ -38,13 +44,139 @@ def _matmul_infer(ctx: InferContext) -> list[TensorType]:
 
 
 register(OpDef(name="MatMul", infer=_matmul_infer, reference=np.matmul, inputs=(2, 2),
-               traits=PURE | {Trait.CONTRACTION}, cost=2))
+               traits=PURE | {Trait.CONTRACTION}, cost=2, doc="numpy-style matrix product with batch broadcasting."))
 
 
+# ---------------------------------------------------------------------------- Gemm
+def _gemm_infer(ctx: InferContext) -> list[TensorType]:
+    a, b = ctx.type(0), ctx.type(1)
+    for i in range(1, ctx.num_inputs):
+        if ctx.has_input(i) and ctx.type(i).dtype != a.dtype:
+            ctx.fail(f"input {i} has dtype {ctx.type(i).dtype}, expected {a.dtype} like A")
+    for name, t in (("A", a), ("B", b)):
+        if t.rank is not None and t.rank != 2:
+            ctx.fail(f"{name} must be a matrix, got {t}")
+    sa = a.shape or (None, None)
+    sb = b.shape or (None, None)
+    m, k1 = sa[::-1] if ctx.attrs["transA"] else sa
+    k2, n = sb[::-1] if ctx.attrs["transB"] else sb
+    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+        ctx.fail(f"inner dims differ: A {a} (transA={ctx.attrs['transA']}) and B {b} "
+                 f"(transB={ctx.attrs['transB']}) give K = {k1} and {k2}")
+    if ctx.has_input(2) and ctx.type(2).shape is not None:
+        c = ctx.type(2).shape
+        ok = len(c) <= 2 and all(not isinstance(d, int) or not isinstance(want, int) or d in (1, want)
+                                 for d, want in zip(c[::-1], (n, m)))
+        if not ok:
+            ctx.fail(f"C {ctx.type(2)} does not broadcast to the output [{m}, {n}]")
+    return [TensorType(a.dtype, (m, n))]
+
+
+def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, alpha: float, beta: float, transA: int,
+         transB: int) -> np.ndarray:
+    """alpha * A' @ B' + beta * C, with C broadcast to the output."""
+    y = np.matmul(a.T if transA else a, b.T if transB else b)
+    if alpha != 1.0:
+        y = y * np.asarray(alpha, y.dtype if y.dtype.kind == "f" else np.float64)
+    if c is not None and beta != 0.0:
+        y = y + (c if beta == 1.0 else c * np.asarray(beta, c.dtype if c.dtype.kind == "f" else np.float64))
+    return np.asarray(y).astype(a.dtype, copy=False)
+
+
+register(OpDef(name="Gemm", infer=_gemm_infer, reference=gemm, inputs=(2, 3),
+               attrs={"alpha": Attr("float", 1.0), "beta": Attr("float", 1.0), "transA": Attr("int", 0),
+                      "transB": Attr("int", 0)},
+               traits=PURE | {Trait.CONTRACTION}, cost=2,
+               doc="General matrix multiply alpha * A' @ B' + beta * C (C broadcast)."))
+
+
+# ---------------------------------------------------------------------------- Einsum
+_TERM = re.compile(r"^[A-Za-z]*(\.\.\.)?[A-Za-z]*$")
+
+
+def parse_einsum(equation: str, num_inputs: int) -> tuple[list[str], str | None]:
+    """The input terms and the explicit output term (None when implicit); ValueError when malformed."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != num_inputs:
+        raise ValueError(f"equation {equation!r} has {len(terms)} input terms for {num_inputs} inputs")
+    for term in terms + ([rhs] if arrow else []):
+        if not _TERM.match(term):
+            raise ValueError(f"equation {equation!r}: term {term!r} is not letters with at most one '...'")
+    return terms, (rhs if arrow else None)
+
+
+def _einsum_infer(ctx: InferContext) -> list[TensorType]:
+    types = [ctx.type(i) for i in range(ctx.num_inputs)]
+    if any(t.dtype != types[0].dtype for t in types):
+        ctx.fail(f"inputs have different dtypes: {', '.join(t.dtype for t in types)}")
+    try:
+        terms, out_term = parse_einsum(ctx.attrs["equation"], len(types))
+    except ValueError as exc:
+        ctx.fail(str(exc))
+    if any(t.shape is None for t in types):
+        if out_term is None or "..." in out_term:
+            return [TensorType(types[0].dtype, None)]
+    letters: dict[str, Dim] = {}
+    ellipses: list[tuple[Dim, ...]] = []
+    for term, t in zip(terms, types):
+        if t.shape is None:
+            continue
+        named = term.replace("...", "")
+        if len(named) > t.rank or ("..." not in term and len(named) != t.rank):
+            ctx.fail(f"term {term!r} does not fit input {t}")
+        cut = term.find("...")
+        n_ell = t.rank - len(named)
+        dims = list(t.shape)
+        if cut >= 0:
+            ellipses.append(tuple(dims[cut:cut + n_ell]))
+            dims = dims[:cut] + dims[cut + n_ell:]
+        for letter, d in zip(named, dims):
+            try:
+                letters[letter] = broadcast_dims(letters[letter], d) if letter in letters else d
+            except Exception:
+                ctx.fail(f"label {letter!r} has sizes {letters[letter]} and {d}")
+    ell = broadcast_shapes(*ellipses) if ellipses else ()
+    if out_term is None:
+        counts = "".join(terms).replace("...", "")
+        out_term = ("..." if ellipses else "") + "".join(sorted(c for c in set(counts) if counts.count(c) == 1))
+    shape: list[Dim] = []
+    for part in re.split(r"(\.\.\.)", out_term):
+        shape += list(ell) if part == "..." else [letters.get(c) for c in part]
+    return [TensorType(types[0].dtype, tuple(shape))]
+
+
+def einsum(*inputs: np.ndarray, equation: str) -> np.ndarray:
+    eq = equation.replace(" ", "")
+    return np.asarray(np.einsum(eq, *inputs, optimize=len(inputs) > 1)).astype(inputs[0].dtype, copy=False)
+
+
+register(OpDef(name="Einsum", infer=_einsum_infer, reference=einsum, inputs=(1, None),
+               attrs={"equation": Attr("string", REQUIRED)}, traits=PURE | {Trait.CONTRACTION}, cost=2,
+               doc="Einstein summation over labelled axes (numpy.einsum semantics)."))
+
+
+# ---------------------------------------------------------------------------- softmax family
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    m = np.max(x, axis=axis, keepdims=True)
-    e = np.exp(x - m)
-    return (e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype, copy=False)
+    with np.errstate(invalid="ignore"):  # a row of -inf (a fully masked attention row) gives NaN, as in ORT
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return (e / np.sum(e, axis=axis, keepdims=True)).astype(x.dtype, copy=False)
+
+
+def log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shifted = x - np.max(x, axis=axis, keepdims=True)
+        return (shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))).astype(x.dtype, copy=False)
+
+
+def hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    """1 at the first maximum along ``axis``, 0 elsewhere."""
+    if x.size == 0:
+        return x.copy()
+    first = np.expand_dims(np.argmax(x, axis=axis), axis)
+    positions = np.arange(x.shape[axis]).reshape((-1,) + (1,) * (x.ndim - 1 - axis % x.ndim))
+    return (positions == first).astype(x.dtype)
 
 
 def _softmax_infer(ctx: InferContext) -> list[TensorType]:
@@ -55,4 +187,11 @@ def _softmax_infer(ctx: InferContext) -> list[TensorType]:
 
 
 register(OpDef(name="Softmax", infer=_softmax_infer, reference=lambda x, *, axis: softmax(x, axis),
-               attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION}, cost=12))
+               attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION}, cost=12,
+               doc="exp(x - max) / sum(exp(x - max)) along `axis`."))
+register(OpDef(name="LogSoftmax", infer=_softmax_infer, reference=lambda x, *, axis: log_softmax(x, axis),
+               attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION}, cost=12,
+               doc="log(softmax(x)) along `axis`, computed as x - max - log(sum(exp(x - max)))."))
+register(OpDef(name="Hardmax", infer=_softmax_infer, reference=lambda x, *, axis: hardmax(x, axis),
+               attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION}, cost=2,
+               doc="One-hot of the first maximum along `axis`."))

@@ -1,11 +1,18 @@
-"""Reductions (opset 18+ form: ``axes`` is an optional second input) and ArgMax/ArgMin."""
+"""Reductions (opset 18+ form: ``axes`` is an optional second input) and ArgMax/ArgMin.
+
+Reducing an empty set gives the ONNX identities: 0 for sums and norms, 1 for ReduceProd, -inf for ReduceMax,
+ReduceLogSum and ReduceLogSumExp (the lowest value for integers), +inf for ReduceMin. Sums of float16 are
+accumulated in float32; everything else in the input type.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from ..ir.types import TensorType
-from .infer import normalize_axes
+from .infer import normalize_axes, normalize_axis
 from .registry import Attr, InferContext, OpDef, Trait, register
 
 REDUCE = frozenset({Trait.PURE, Trait.FOLDABLE, Trait.REDUCTION})
@@ -37,17 +44,98 @@ def _reduce_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(t.dtype, shape)]
 
 
-def reduction(name: str, fn, cost: float = 1.0, doc: str = "") -> None:
-    """Register an opset-18 style reduction computed by ``fn(x, axis=tuple, keepdims=bool)``."""
+Reducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
+
+
+def reduction(name: str, fn: Reducer, cost: float = 1.0, doc: str = "") -> None:
+    """Register an opset-18 style reduction computed by ``fn(x, axes, keepdims)``."""
 
     def ref(x, axes=None, *, keepdims, noop_with_empty_axes):
         ax = reduce_axes(x.ndim, axes, noop_with_empty_axes)
         if ax is None:
             return x
-        return np.asarray(fn(x, axis=ax, keepdims=bool(keepdims))).astype(x.dtype, copy=False)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.asarray(fn(x, ax, bool(keepdims))).astype(x.dtype, copy=False)
 
     register(OpDef(name=name, infer=_reduce_infer, reference=ref, inputs=(1, 2), attrs=dict(REDUCE_ATTRS),
                    traits=REDUCE, cost=cost, doc=doc))
 
 
-reduction("ReduceSum", np.sum)
+def _acc(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def _lowest(dtype: np.dtype):
+    return False if dtype.kind == "b" else (np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf)
+
+
+def _highest(dtype: np.dtype):
+    return True if dtype.kind == "b" else (np.iinfo(dtype).max if dtype.kind in "iu" else np.inf)
+
+
+def _max(x, ax, keep):
+    return np.max(x, axis=ax, keepdims=keep, initial=_lowest(x.dtype)) if x.size == 0 else \
+        np.max(x, axis=ax, keepdims=keep)
+
+
+def _min(x, ax, keep):
+    return np.min(x, axis=ax, keepdims=keep, initial=_highest(x.dtype)) if x.size == 0 else \
+        np.min(x, axis=ax, keepdims=keep)
+
+
+def _log_sum_exp(x, ax, keep):
+    """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the (finite) maximum."""
+    a = _acc(x)
+    m = np.max(a, axis=ax, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(a - m), axis=ax, keepdims=True)) + m
+    return out if keep else np.squeeze(out, axis=ax)
+
+
+reduction("ReduceSum", lambda x, ax, keep: np.sum(_acc(x), axis=ax, keepdims=keep), doc="Sum over axes.")
+reduction("ReduceMean", lambda x, ax, keep: np.mean(_acc(x), axis=ax, keepdims=keep), doc="Mean over axes.")
+reduction("ReduceMax", _max, doc="Maximum over axes (-inf, or the lowest value, for an empty set).")
+reduction("ReduceMin", _min, doc="Minimum over axes (+inf, or the highest value, for an empty set).")
+reduction("ReduceProd", lambda x, ax, keep: np.prod(_acc(x), axis=ax, keepdims=keep), doc="Product over axes.")
+reduction("ReduceL1", lambda x, ax, keep: np.sum(np.abs(_acc(x)), axis=ax, keepdims=keep),
+          doc="Sum of absolute values over axes.")
+reduction("ReduceL2", lambda x, ax, keep: np.sqrt(np.sum(np.square(_acc(x)), axis=ax, keepdims=keep)), cost=2,
+          doc="Euclidean norm over axes.")
+reduction("ReduceSumSquare", lambda x, ax, keep: np.sum(np.square(_acc(x)), axis=ax, keepdims=keep),
+          doc="Sum of squares over axes.")
+reduction("ReduceLogSum", lambda x, ax, keep: np.log(np.sum(_acc(x), axis=ax, keepdims=keep)), cost=2,
+          doc="log of the sum over axes.")
+reduction("ReduceLogSumExp", _log_sum_exp, cost=8, doc="log(sum(exp(x))) over axes, computed stably.")
+
+
+# ---------------------------------------------------------------------------- ArgMax / ArgMin
+def _arg_infer(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    if t.shape is None:
+        return [TensorType("int64", None)]
+    axis = normalize_axis(ctx.attrs["axis"], t.rank, ctx)
+    if ctx.attrs["keepdims"]:
+        shape = tuple(1 if i == axis else d for i, d in enumerate(t.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(t.shape) if i != axis)
+    return [TensorType("int64", shape)]
+
+
+def _arg_reduce(pick: Callable[..., np.ndarray]):
+    def ref(x: np.ndarray, *, axis: int, keepdims: int, select_last_index: int) -> np.ndarray:
+        axis = axis % x.ndim
+        if select_last_index:  # search the reversed axis, then map the position back
+            idx = x.shape[axis] - 1 - pick(np.flip(x, axis), axis=axis)
+        else:
+            idx = pick(x, axis=axis)
+        idx = np.asarray(idx, dtype=np.int64)
+        return np.expand_dims(idx, axis) if keepdims else idx
+
+    return ref
+
+
+_ARG_ATTRS = {"axis": Attr("int", 0), "keepdims": Attr("int", 1), "select_last_index": Attr("int", 0)}
+register(OpDef(name="ArgMax", infer=_arg_infer, reference=_arg_reduce(np.argmax), attrs=dict(_ARG_ATTRS),
+               traits=REDUCE, doc="Index (int64) of the maximum along `axis` (first, or last with select_last_index)."))
+register(OpDef(name="ArgMin", infer=_arg_infer, reference=_arg_reduce(np.argmin), attrs=dict(_ARG_ATTRS),
+               traits=REDUCE, doc="Index (int64) of the minimum along `axis` (first, or last with select_last_index)."))

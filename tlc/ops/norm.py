@@ -1,0 +1,268 @@
+"""Normalisations: BatchNormalization (inference), LayerNormalization, InstanceNormalization, GroupNormalization,
+LRN, LpNormalization and MeanVarianceNormalization.
+
+Statistics are two-pass (mean, then the mean of squared deviations) in the op's stash type (float32 unless
+stash_type says otherwise) or, for ops without one, in the input type with float16 raised to float32, which is
+what onnxruntime's kernels do. BatchNormalization folds its parameters into one per-channel scale and shift.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import UnsupportedOperatorError
+from ..ir.types import DTYPE_OF_ONNX_CODE, FLOAT_DTYPES, TensorType
+from .infer import broadcast_shapes, normalize_axes, normalize_axis
+from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, register
+
+NORM_TRAITS = frozenset({Trait.PURE, Trait.FOLDABLE, Trait.REDUCTION})
+CHANNEL_NORM_TRAITS = NORM_TRAITS | {Trait.LAYOUT_SENSITIVE}
+
+
+def accumulate_dtype(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
+    """Shape that broadcasts a per-channel vector against X (N, C, ...)."""
+    return (x.shape[1],) + (1,) * (x.ndim - 2)
+
+
+def _float_input(ctx: InferContext) -> TensorType:
+    x = ctx.type(0)
+    if x.dtype not in FLOAT_DTYPES:
+        ctx.fail(f"X has dtype {x.dtype}; {ctx.node.op} takes float types")
+    return x
+
+
+def _check_channel_params(ctx: InferContext, first: int, channels, what: str = "one value per channel") -> None:
+    """Inputs ``first``.. are per-channel vectors of length ``channels``."""
+    for i in range(first, ctx.num_inputs):
+        if not ctx.has_input(i):
+            continue
+        t = ctx.type(i)
+        if t.shape is None:
+            continue
+        if len(t.shape) != 1 or (isinstance(channels, int) and isinstance(t.shape[0], int) and t.shape[0] != channels):
+            ctx.fail(f"input {i} is {t}, expected shape [{channels}] ({what})")
+
+
+# ---------------------------------------------------------------------------- BatchNormalization
+def _training_mode_error(where: str) -> UnsupportedOperatorError:
+    return UnsupportedOperatorError(f"{where}: training_mode=1 is not supported; tlc runs BatchNormalization in "
+                                    f"inference mode only (export the model in eval mode)", {})
+
+
+def _batch_norm_infer(ctx: InferContext) -> list[TensorType]:
+    if ctx.attrs["training_mode"]:
+        raise _training_mode_error(f"node {ctx.node.name!r} (BatchNormalization)")
+    if ctx.node.num_outputs > 1:
+        ctx.fail(f"{ctx.node.num_outputs} outputs; running_mean and running_var exist only in training mode")
+    x = _float_input(ctx)
+    if x.rank is not None and x.rank < 2:
+        ctx.fail(f"X {x} must have rank >= 2 (N, C, ...)")
+    _check_channel_params(ctx, 1, None if x.shape is None else x.shape[1])
+    return [x]
+
+
+def batch_norm(x, scale, bias, mean, var, *, epsilon: float, momentum: float, training_mode: int) -> np.ndarray:
+    """Inference-mode BatchNormalization: x * a + b with a = scale / sqrt(var + eps), b = bias - mean * a."""
+    if training_mode:
+        raise _training_mode_error("BatchNormalization")
+    a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + epsilon)
+    b = bias.astype(np.float64) - mean.astype(np.float64) * a
+    shape = _channel_shape(x)
+    return (x * a.astype(x.dtype).reshape(shape) + b.astype(x.dtype).reshape(shape)).astype(x.dtype, copy=False)
+
+
+register(OpDef(name="BatchNormalization", infer=_batch_norm_infer, reference=batch_norm, inputs=(5, 5),
+               outputs=lambda attrs, n: 3 if attrs.get("training_mode") else 1,
+               attrs={"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.9), "training_mode": Attr("int", 0)},
+               traits=frozenset({Trait.PURE, Trait.FOLDABLE, Trait.LAYOUT_SENSITIVE}), cost=2,
+               doc="Inference-mode batch normalisation over the channel axis (NCHW); training mode is refused."))
+
+
+# ---------------------------------------------------------------------------- LayerNormalization
+def _stash_dtype(code: int) -> str:
+    name = DTYPE_OF_ONNX_CODE.get(int(code))
+    if name not in FLOAT_DTYPES:
+        raise ValueError(f"stash_type {code} is not a float type tlc holds (1 = float32, 10 = float16, 11 = float64)")
+    return name
+
+
+def _layer_norm_infer(ctx: InferContext) -> list[TensorType]:
+    x = _float_input(ctx)
+    if ctx.node.num_outputs > 3:
+        ctx.fail(f"{ctx.node.num_outputs} outputs; LayerNormalization has at most 3 (Y, Mean, InvStdDev)")
+    try:
+        stash = _stash_dtype(ctx.attrs["stash_type"])
+    except ValueError as exc:
+        ctx.fail(str(exc))
+    if x.shape is None:
+        return [x] + [TensorType(stash, None)] * (ctx.node.num_outputs - 1)
+    axis = normalize_axis(ctx.attrs["axis"], x.rank, ctx)
+    for i in (1, 2):
+        if ctx.has_input(i) and ctx.type(i).shape is not None:
+            try:
+                broadcast_shapes(x.shape[axis:], ctx.type(i).shape)
+            except Exception:
+                ctx.fail(f"input {i} {ctx.type(i)} does not broadcast to the normalised dims {list(x.shape[axis:])}")
+    stats = TensorType(stash, tuple(x.shape[:axis]) + (1,) * (x.rank - axis))
+    return [x] + [stats] * (ctx.node.num_outputs - 1)
+
+
+def layer_norm(x, scale, bias=None, *, axis: int, epsilon: float, stash_type: int) -> list[np.ndarray]:
+    """[Y, Mean, InvStdDev]; statistics in the stash type, the affine part in X's type (the ONNX function)."""
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    xs = x.astype(_stash_dtype(stash_type), copy=False)
+    mean = xs.mean(axis=axes, keepdims=True)
+    dev = xs - mean
+    inv_std = 1 / np.sqrt((dev * dev).mean(axis=axes, keepdims=True) + np.asarray(epsilon, xs.dtype))
+    y = (dev * inv_std).astype(x.dtype) * scale
+    if bias is not None:
+        y = y + bias
+    return [y.astype(x.dtype, copy=False), mean, inv_std]
+
+
+register(OpDef(name="LayerNormalization", infer=_layer_norm_infer, reference=layer_norm, inputs=(2, 3),
+               attrs={"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5), "stash_type": Attr("int", 1)},
+               traits=NORM_TRAITS, cost=8, doc="Normalise over the dims from `axis` on; also gives Mean, InvStdDev."))
+
+
+# ---------------------------------------------------------------------------- Instance / Group normalisation
+def _instance_norm_infer(ctx: InferContext) -> list[TensorType]:
+    x = _float_input(ctx)
+    if x.rank is not None and x.rank < 3:
+        ctx.fail(f"X {x} must have rank >= 3 (N, C, spatial...)")
+    _check_channel_params(ctx, 1, None if x.shape is None else x.shape[1])
+    return [x]
+
+
+def _standardize(xs: np.ndarray, axes: tuple[int, ...], epsilon: float) -> np.ndarray:
+    mean = xs.mean(axis=axes, keepdims=True)
+    dev = xs - mean
+    return dev / np.sqrt((dev * dev).mean(axis=axes, keepdims=True) + np.asarray(epsilon, xs.dtype))
+
+
+def instance_norm(x, scale, bias, *, epsilon: float) -> np.ndarray:
+    xs = x.astype(accumulate_dtype(x.dtype), copy=False)
+    y = _standardize(xs, tuple(range(2, x.ndim)), epsilon)
+    return (y * scale.reshape(_channel_shape(x)) + bias.reshape(_channel_shape(x))).astype(x.dtype)
+
+
+register(OpDef(name="InstanceNormalization", infer=_instance_norm_infer, reference=instance_norm, inputs=(3, 3),
+               attrs={"epsilon": Attr("float", 1e-5)}, traits=CHANNEL_NORM_TRAITS, cost=8,
+               doc="Normalise each (n, c) plane over its spatial axes, then scale and shift per channel."))
+
+
+def _group_norm_infer(ctx: InferContext) -> list[TensorType]:
+    x = _float_input(ctx)
+    groups = ctx.attrs["num_groups"]
+    try:
+        _stash_dtype(ctx.attrs["stash_type"])
+    except ValueError as exc:
+        ctx.fail(str(exc))
+    if x.rank is not None and x.rank < 3:
+        ctx.fail(f"X {x} must have rank >= 3 (N, C, spatial...)")
+    channels = None if x.shape is None else x.shape[1]
+    if groups < 1 or (isinstance(channels, int) and channels % groups):
+        ctx.fail(f"num_groups {groups} does not divide the {channels} channels of X {x}")
+    scale = ctx.type(1).shape
+    if scale is not None and scale == (groups,) and channels != groups:
+        channels = groups  # opset 18's per-group scale and bias (onnx's version converter keeps them)
+    _check_channel_params(ctx, 1, channels, "one value per channel, or per group as in opset 18")
+    return [x]
+
+
+def group_norm(x, scale, bias, *, epsilon: float, num_groups: int, stash_type: int) -> np.ndarray:
+    """Opset-21 GroupNormalization; scale and bias of length num_groups (opset 18) apply to each group."""
+    n, c = x.shape[:2]
+    xs = x.astype(_stash_dtype(stash_type), copy=False).reshape(n, num_groups, -1)
+    y = _standardize(xs, (2,), epsilon).reshape(x.shape).astype(x.dtype)
+    if scale.size == num_groups != c:
+        scale, bias = np.repeat(scale, c // num_groups), np.repeat(bias, c // num_groups)
+    return (y * scale.reshape(_channel_shape(x)) + bias.reshape(_channel_shape(x))).astype(x.dtype)
+
+
+register(OpDef(name="GroupNormalization", infer=_group_norm_infer, reference=group_norm, inputs=(3, 3),
+               attrs={"epsilon": Attr("float", 1e-5), "num_groups": Attr("int", REQUIRED),
+                      "stash_type": Attr("int", 1)},
+               traits=CHANNEL_NORM_TRAITS, cost=8,
+               doc="Normalise each group of channels over the group and the spatial axes (opset 21)."))
+
+
+# ---------------------------------------------------------------------------- LRN
+def _lrn_infer(ctx: InferContext) -> list[TensorType]:
+    x = _float_input(ctx)
+    if ctx.attrs["size"] < 1:
+        ctx.fail(f"size must be >= 1, got {ctx.attrs['size']}")
+    if x.rank is not None and x.rank < 3:
+        ctx.fail(f"X {x} must have rank >= 3 (N, C, spatial...)")
+    return [x]
+
+
+def lrn(x, *, alpha: float, beta: float, bias: float, size: int) -> np.ndarray:
+    """Local response normalisation across channels: a sum of `size` shifted squares, one slice per shift."""
+    acc = x.astype(accumulate_dtype(x.dtype), copy=False)
+    sq = acc * acc
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    padded = np.pad(sq, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    channels = x.shape[1]
+    total = padded[:, 0:channels].copy()
+    for shift in range(1, size):
+        total += padded[:, shift:shift + channels]
+    denom = (np.asarray(bias, acc.dtype) + np.asarray(alpha / size, acc.dtype) * total) ** np.asarray(beta, acc.dtype)
+    return (acc / denom).astype(x.dtype)
+
+
+register(OpDef(name="LRN", infer=_lrn_infer, reference=lrn,
+               attrs={"alpha": Attr("float", 1e-4), "beta": Attr("float", 0.75), "bias": Attr("float", 1.0),
+                      "size": Attr("int", REQUIRED)},
+               traits=CHANNEL_NORM_TRAITS, cost=10, doc="Local response normalisation across channels (NCHW)."))
+
+
+# ---------------------------------------------------------------------------- Lp / mean-variance normalisation
+def _lp_norm_infer(ctx: InferContext) -> list[TensorType]:
+    x = _float_input(ctx)
+    if ctx.attrs["p"] not in (1, 2):
+        ctx.fail(f"p must be 1 or 2, got {ctx.attrs['p']}")
+    if x.rank is not None:
+        normalize_axis(ctx.attrs["axis"], x.rank, ctx)
+    return [x]
+
+
+def lp_norm(x, *, axis: int, p: int) -> np.ndarray:
+    """x / ||x||_p along ``axis``; 0 where the norm is 0 (as the ONNX reference does)."""
+    acc = x.astype(accumulate_dtype(x.dtype), copy=False)
+    norm = np.sum(np.abs(acc) if p == 1 else acc * acc, axis=axis, keepdims=True)
+    if p == 2:
+        norm = np.sqrt(norm)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(norm == 0, 0, acc / norm).astype(x.dtype)
+
+
+register(OpDef(name="LpNormalization", infer=_lp_norm_infer, reference=lp_norm,
+               attrs={"axis": Attr("int", -1), "p": Attr("int", 2)}, traits=NORM_TRAITS, cost=4,
+               doc="Divide by the L1 or L2 norm along `axis`."))
+
+
+def _mvn_infer(ctx: InferContext) -> list[TensorType]:
+    x = _float_input(ctx)
+    if x.rank is not None:
+        normalize_axes(ctx.attrs["axes"], x.rank, ctx)
+    return [x]
+
+
+def mean_variance_norm(x, *, axes: list[int]) -> np.ndarray:
+    """(x - mean) / (std + 1e-9) over ``axes``, the ONNX function's formula."""
+    acc = x.astype(accumulate_dtype(x.dtype), copy=False)
+    ax = tuple(sorted(set(a % x.ndim for a in axes)))
+    mean = acc.mean(axis=ax, keepdims=True)
+    dev = acc - mean
+    std = np.sqrt((dev * dev).mean(axis=ax, keepdims=True))
+    return (dev / (std + np.asarray(1e-9, acc.dtype))).astype(x.dtype)
+
+
+register(OpDef(name="MeanVarianceNormalization", infer=_mvn_infer, reference=mean_variance_norm,
+               attrs={"axes": Attr("ints", [0, 2, 3])}, traits=NORM_TRAITS, cost=8,
+               doc="Zero mean, unit variance over `axes`."))
