@@ -17,6 +17,9 @@ Import decisions (docs/onnx.md has the long form):
   map) with where it occurs.
 - Model-local functions are inlined, except the ``tlc``-domain functions tlc writes for ``tlc.Fused`` nodes,
   which become ``tlc.Fused`` nodes again (so export -> import keeps fused groups).
+- An Identity that only renames a value into a graph output (nothing else reads it) is read as the output
+  itself: tlc names outputs apart from values, and the exporter writes exactly such Identities, so
+  export -> import -> export is stable.
 - Graph, model and node metadata (names, doc strings, producer, metadata_props) are kept for export.
 """
 
@@ -240,10 +243,11 @@ _CONSTANT_FORMS = {
 class _Builder:
     """Adds ONNX nodes to one Graph (the main graph or a Fused body), tracking ONNX value names."""
 
-    def __init__(self, graph: Graph, functions: dict[tuple[str, str], onnx.FunctionProto]):
+    def __init__(self, graph: Graph, functions: dict[tuple[str, str], onnx.FunctionProto], nodes, outputs):
         self.g = graph
         self.functions = functions
         self.values: dict[str, Value] = {}
+        self.renames = _output_renames(nodes, outputs)
 
     def add(self, node: onnx.NodeProto) -> None:
         g = self.g
@@ -252,6 +256,9 @@ class _Builder:
         for out in node.output:
             if out and out in self.values:
                 raise InvalidModelError(f"{where}: value {out!r} is produced twice")
+        if node.output and node.output[0] in self.renames:
+            self.values[node.output[0]] = self.values[node.input[0]]
+            return
         attrs = {a.name: _attribute(a, where) for a in node.attribute}
         if node.op_type == "Constant" and domain == "":
             if len(attrs) != 1 or next(iter(attrs)) not in _CONSTANT_FORMS:
@@ -284,7 +291,7 @@ class _Builder:
             raise InvalidModelError(f"{where}: calls {fn.name!r} with {sum(v is not None for v in inputs)} inputs; "
                                     f"it takes {len(fn.input)}")
         body = Graph(fn.name, opset={"": DEFAULT_OPSET}, doc=fn.doc_string)
-        inner = _Builder(body, self.functions)
+        inner = _Builder(body, self.functions, fn.node, fn.output)
         for name, v in zip(fn.input, inputs):
             t = self.g.type_of(v)
             inner.values[name] = body.input(name, t.dtype, t.shape)
@@ -295,6 +302,15 @@ class _Builder:
                 raise InvalidModelError(f"function {fn.name!r}: output {name!r} is not produced by any node")
             body.output(inner.values[name], name)
         return body
+
+
+def _output_renames(nodes, outputs) -> set[str]:
+    """Graph outputs computed by an Identity that nothing else reads: tlc names outputs apart from values, so
+    such an Identity (the exporter writes them) is read as the output itself and export -> import is stable."""
+    consumed = {name for node in nodes for name in node.input}
+    return {node.output[0] for node in nodes
+            if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and len(node.output) == 1
+            and node.input and node.input[0] and node.output[0] in set(outputs) and node.output[0] not in consumed}
 
 
 def _function_default(fn: onnx.FunctionProto, name: str, fallback: Any) -> Any:
@@ -382,7 +398,7 @@ def from_onnx(model: onnx.ModelProto, *, path: str = "") -> tuple[Graph, ImportR
     g.metadata = {p.key: p.value for p in model.metadata_props}
     if model.doc_string:
         g.metadata.setdefault("model_doc_string", model.doc_string)
-    builder = _Builder(g, {(f.domain, f.name): f for f in model.functions})
+    builder = _Builder(g, {(f.domain, f.name): f for f in model.functions}, gp.node, [o.name for o in gp.output])
     _add_interface(g, builder, gp, report)
     for node in _schedule(gp.node, _graph_names(gp)):
         builder.add(node)
