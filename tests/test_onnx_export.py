@@ -129,6 +129,28 @@ def test_fused_round_trips_through_onnx(rng):
         np.testing.assert_array_equal(got[name], want[name])
 
 
+def test_fuse_pass_output_runs_in_onnxruntime(rng):
+    from tlc.passes.fuse import FusePass
+
+    g = tlc.Graph("g")
+    x = g.input("x", "float32", ("N", 8))
+    w = g.constant(rng.standard_normal((8, 4)).astype(np.float32), name="w")
+    b = g.constant(rng.standard_normal(4).astype(np.float32), name="b")
+    h = g.add_node("Relu", [g.add_node("Add", [g.add_node("MatMul", [x, w]), b])])
+    e = g.add_node("Sigmoid", [g.add_node("Mul", [h, h])])
+    g.output(g.add_node("Softmax", [g.add_node("Sub", [e, h])], axis=-1), "y")
+    g.output(h, "h")
+    fused = g.copy()
+    assert FusePass().run(fused).changed
+    assert fused.op_counts().get("tlc.Fused", 0) >= 2
+    feeds = {"x": rng.standard_normal((3, 8)).astype(np.float32)}
+    check_against_ort(fused, feeds)
+    want, got = tlc.reference.run(g, feeds), ort_run(to_onnx(fused), feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+    assert from_onnx(to_onnx(fused))[0].op_counts() == fused.op_counts()
+
+
 # ---------------------------------------------------------------------------- light models
 def light_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """The inputs ONNX's backend runner feeds: np.arange(n).reshape(shape) / n as float32."""

@@ -79,6 +79,8 @@ def array_to_tensor(array: np.ndarray, name: str) -> onnx.TensorProto:
 def value_type(value_info: onnx.ValueInfoProto, *, need_dtype: bool) -> TensorType | None:
     """The tlc type of a declared value; None when the element type is left open and ``need_dtype`` is False."""
     kind = value_info.type.WhichOneof("value")
+    if kind is None and not need_dtype:
+        return None  # an output declared by name only
     if kind != "tensor_type":
         raise UnsupportedOperatorError(f"value {value_info.name!r} is of type {_kind_name(kind)}; tlc supports "
                                        f"tensors only", {})
