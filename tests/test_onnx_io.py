@@ -143,11 +143,13 @@ def test_newer_opset_attribute_that_changes_meaning_is_refused():
     with pytest.raises(tlc.UnsupportedOperatorError, match="Cast x1: attribute.*round_mode") as info:
         from_onnx(model)
     assert info.value.ops == {("", "Cast"): 1}
-    plain = make_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], [vi("x", 1, [2])],
-                       [vi("y", TensorProto.FLOAT16, [2])], opset=24, ir_version=11)
-    g, _ = from_onnx(plain)
     x = np.array([1.0, 2.5], np.float32)
-    np.testing.assert_array_equal(tlc.reference.run(g, {"x": x})["y"], x.astype(np.float16))
+    for attrs in ({}, {"round_mode": "up"}):  # absent, or the new attribute at its default: opset-21 meaning
+        plain = make_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16, **attrs)],
+                           [vi("x", 1, [2])], [vi("y", TensorProto.FLOAT16, [2])], opset=24, ir_version=11)
+        g, _ = from_onnx(plain)
+        np.testing.assert_array_equal(tlc.reference.run(g, {"x": x})["y"], x.astype(np.float16))
+        np.testing.assert_array_equal(tlc.reference.run(g, {"x": x})["y"], ort_run(plain, {"x": x})[0])
 
 
 def test_opset_1_model_is_converted():
