@@ -32,7 +32,7 @@ def check_against_ort(g: tlc.Graph, feeds: dict) -> onnx.ModelProto:
     got = ort_run(model, feeds)
     assert list(got) == [name for _, name in g.outputs]
     for name, array in want.items():
-        assert got[name].dtype == array.dtype, name
+        assert got[name].dtype == array.dtype and got[name].shape == array.shape, name
         np.testing.assert_allclose(got[name], array, rtol=1e-6, atol=1e-7, err_msg=name)
     return model
 
@@ -65,8 +65,12 @@ def test_value_output_twice_and_constant_output(rng):
     g.output(s, "first")
     g.output(s, "second")
     g.output(g.constant(np.array([1, 2], np.int64), name="k"), "k")
+    g.output(g.add_node("Mul", [s, g.constant(np.float32(2), name="two")]), "scaled")
+    g.output(g.constant(np.float64(3), name="scalar"), "scalar")
     model = check_against_ort(g, {"x": rng.standard_normal(3).astype(np.float32)})
-    assert [o.name for o in model.graph.output] == ["first", "second", "k"]
+    assert [o.name for o in model.graph.output] == ["first", "second", "k", "scaled", "scalar"]
+    assert ort_run(model, {"x": np.zeros(3, np.float32)})["scalar"].shape == ()  # a scalar stays a scalar
+    assert {t.name: list(t.dims) for t in model.graph.initializer} == {"k": [2], "two": [], "scalar": []}
 
 
 def test_save_onnx_writes_a_checked_file(tmp_path, rng):

@@ -73,7 +73,8 @@ def sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
 def array_to_tensor(array: np.ndarray, name: str) -> onnx.TensorProto:
     if array.dtype == object:
         return helper.make_tensor(name, onnx.TensorProto.STRING, array.shape, [str(v).encode() for v in array.ravel()])
-    return numpy_helper.from_array(np.ascontiguousarray(array), name)
+    # NOTE: not np.ascontiguousarray, which turns a 0-d array (a scalar) into shape [1]
+    return numpy_helper.from_array(np.require(array, requirements="C"), name)
 
 
 def value_type(value_info: onnx.ValueInfoProto, *, need_dtype: bool) -> TensorType | None:
