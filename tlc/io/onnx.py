@@ -1,6 +1,6 @@
 """ONNX import (and, re-exported from ``onnx_export``, export) with the ``onnx`` package.
 
-Import decisions (docs/onnx.md has the long form):
+Import decisions:
 
 - Opsets: every model is read with opset-21 semantics, see ``onnx_opset`` (older: onnx's version converter;
   newer: checked op by op, not converted).
@@ -41,7 +41,14 @@ from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Value
 from ..ops import is_registered
 from .onnx_export import EXPORT_IR_VERSION, FUSED_PREFIX, save_onnx, to_onnx
 from .onnx_opset import convert_opset, default_opset
-from .onnx_tensors import array_to_tensor, sparse_to_array, tensor_to_array, unsupported_types, value_type
+from .onnx_tensors import (
+    array_to_tensor,
+    load_external_data,
+    sparse_to_array,
+    tensor_to_array,
+    unsupported_types,
+    value_type,
+)
 
 __all__ = ["EXPORT_IR_VERSION", "ImportReport", "array_to_tensor", "from_onnx", "import_onnx", "load_onnx",
            "read_model", "save_onnx", "tensor_to_array", "to_onnx"]
@@ -87,58 +94,8 @@ def read_model(path: str | os.PathLike) -> onnx.ModelProto:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and others
         raise InvalidModelError(f"{str(path)!r} is not a valid ONNX model: {type(exc).__name__}: {exc}") from None
-    _load_external_data(model, path.parent)
+    load_external_data(model, path.parent)
     return model
-
-
-def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
-    base = base.resolve()
-    for tensor in _all_tensors(model):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in tensor.external_data}
-        location = info.get("location", "")
-        target = (base / location).resolve()
-        if not location or os.path.isabs(location) or base not in target.parents:
-            raise InvalidModelError(f"tensor {tensor.name!r} refers to external data {location!r} outside the "
-                                    f"model's folder {str(base)!r}; refusing to read it")
-        if not target.is_file():
-            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} not found")
-        try:
-            offset, length = int(info.get("offset", 0)), info.get("length")
-            length = None if length is None else int(length)
-        except ValueError:
-            raise InvalidModelError(f"tensor {tensor.name!r}: bad external data offset/length {info}") from None
-        if offset < 0 or (length is not None and length < 0):
-            raise InvalidModelError(f"tensor {tensor.name!r}: negative external data offset/length {info}")
-        with open(target, "rb") as f:
-            f.seek(offset)
-            data = f.read() if length is None else f.read(length)
-        if length is not None and len(data) != length:
-            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} has {len(data)} "
-                                    f"bytes at offset {offset}, expected {length}")
-        tensor.raw_data = data
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
-
-
-def _all_tensors(model: onnx.ModelProto):
-    def in_nodes(nodes):
-        for node in nodes:
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.TENSOR:
-                    yield attr.t
-                elif attr.type == onnx.AttributeProto.SPARSE_TENSOR:
-                    yield attr.sparse_tensor.values
-                    yield attr.sparse_tensor.indices
-                elif attr.type == onnx.AttributeProto.GRAPH:
-                    yield from attr.g.initializer
-                    yield from in_nodes(attr.g.node)
-
-    yield from model.graph.initializer
-    yield from in_nodes(model.graph.node)
-    for fn in model.functions:
-        yield from in_nodes(fn.node)
 
 
 # ---------------------------------------------------------------------------- checks before building

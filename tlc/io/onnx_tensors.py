@@ -7,7 +7,9 @@ complex, ...) and every non-tensor type (sequence, map, optional, sparse tensor)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -118,6 +120,58 @@ def value_info_proto(name: str, t: TensorType | None) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, ONNX_TYPE_CODES[t.dtype], None if t.shape is None else list(t.shape))
 
 
+# ---------------------------------------------------------------------------- external data
+def load_external_data(model: onnx.ModelProto, base: Path) -> None:
+    """Read every external tensor of ``model`` into the proto; only files inside ``base`` (symlinks resolved)."""
+    base = base.resolve()
+    for tensor in _all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        target = (base / location).resolve()
+        if not location or os.path.isabs(location) or base not in target.parents:
+            raise InvalidModelError(f"tensor {tensor.name!r} refers to external data {location!r} outside the "
+                                    f"model's folder {str(base)!r}; refusing to read it")
+        if not target.is_file():
+            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} not found")
+        try:
+            offset, length = int(info.get("offset", 0)), info.get("length")
+            length = None if length is None else int(length)
+        except ValueError:
+            raise InvalidModelError(f"tensor {tensor.name!r}: bad external data offset/length {info}") from None
+        if offset < 0 or (length is not None and length < 0):
+            raise InvalidModelError(f"tensor {tensor.name!r}: negative external data offset/length {info}")
+        with open(target, "rb") as f:
+            f.seek(offset)
+            data = f.read() if length is None else f.read(length)
+        if length is not None and len(data) != length:
+            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} has {len(data)} "
+                                    f"bytes at offset {offset}, expected {length}")
+        tensor.raw_data = data
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _all_tensors(model: onnx.ModelProto):
+    def in_nodes(nodes):
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield attr.t
+                elif attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+                    yield attr.sparse_tensor.values
+                    yield attr.sparse_tensor.indices
+                elif attr.type == onnx.AttributeProto.GRAPH:
+                    yield from attr.g.initializer
+                    yield from in_nodes(attr.g.node)
+
+    yield from model.graph.initializer
+    yield from in_nodes(model.graph.node)
+    for fn in model.functions:
+        yield from in_nodes(fn.node)
+
+
 # ---------------------------------------------------------------------------- finding unsupported types
 def unsupported_types(model: onnx.ModelProto) -> dict[str, list[str]]:
     """Every element or value type in ``model`` tlc cannot hold: type name -> the values/tensors that have it.
@@ -152,10 +206,23 @@ def _declared_values(model: onnx.ModelProto) -> Iterator[onnx.ValueInfoProto]:
     yield from gp.output
     yield from gp.value_info
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(_without_weights(model))
     except Exception:  # an invalid model: the importer names its defects later, with its own messages
         return
     yield from inferred.graph.value_info
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its initializers turned into typed inputs: element types propagate the same, and shape
+    inference does not serialize (or choke on, past 2 GB) the weights."""
+    gp = model.graph
+    graph = helper.make_graph(list(gp.node), gp.name, list(gp.input), list(gp.output), value_info=list(gp.value_info))
+    declared = {vi.name for vi in gp.input}
+    graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                       for t in gp.initializer if t.name not in declared)
+    light = helper.make_model(graph, opset_imports=list(model.opset_import), functions=list(model.functions))
+    light.ir_version = model.ir_version
+    return light
 
 
 def _tensors(model: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, str]]:
