@@ -233,10 +233,10 @@ class _Builder:
             if attrs:
                 raise InvalidModelError(f"{where}: unexpected attribute(s) {sorted(attrs)} on a tlc.Fused call")
             outs = g.add_node("Fused", inputs, domain=TLC_DOMAIN, name=name, output_names=output_names,
-                              doc=node.doc_string, body=body, kind=kind)
-        else:
+                              doc=node.doc_string, attrs={"body": body, "kind": kind})
+        else:  # NOTE: attrs=, not keywords: an ONNX attribute may be named like a parameter (num_outputs)
             outs = g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
-                              doc=node.doc_string, **attrs)
+                              doc=node.doc_string, attrs=attrs)
         outs = (outs,) if isinstance(outs, Value) else outs
         for out_name, v in zip(node.output, outs):
             if out_name:

@@ -216,7 +216,7 @@ class FusePass(Pass):
                     outer_inputs.append(v)
             outs = body.add_node(node.op, [None if v is None else mapping[v] for v in graph.inputs_of(node)],
                                  domain=node.domain, name=node.name, output_names=list(node.output_names),
-                                 **node.attrs)
+                                 attrs=node.attrs)
             outs = (outs,) if isinstance(outs, Value) else outs
             for old, new in zip(node.outputs, outs):
                 mapping[old] = new
