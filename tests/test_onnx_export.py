@@ -74,6 +74,18 @@ def test_value_output_twice_and_constant_output(rng):
     assert {t.name: list(t.dims) for t in model.graph.initializer} == {"k": [2], "two": [], "scalar": []}
 
 
+def test_only_the_exporters_own_identities_are_dropped_on_import():
+    g = tlc.Graph("g")
+    x = g.input("x", "float32", (3,))
+    g.output(g.add_node("Identity", [g.add_node("Neg", [x])]), "user_identity")
+    g.output(x, "alias_of_x")
+    model = to_onnx(g)
+    assert [n.op_type for n in model.graph.node] == ["Neg", "Identity", "Identity"]
+    back, _ = from_onnx(model)
+    assert back.op_counts() == g.op_counts() == {"Identity": 1, "Input": 1, "Neg": 1}
+    assert [name for _, name in back.outputs] == ["user_identity", "alias_of_x"]
+
+
 def test_save_onnx_writes_a_checked_file(tmp_path, rng):
     g = tlc.Graph("g")
     x = g.input("x", "float32", ("N", 4))

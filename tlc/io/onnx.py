@@ -17,9 +17,8 @@ Import decisions:
   map) with where it occurs.
 - Model-local functions are inlined, except the ``tlc``-domain functions tlc writes for ``tlc.Fused`` nodes,
   which become ``tlc.Fused`` nodes again (so export -> import keeps fused groups).
-- An Identity that only renames a value into a graph output (nothing else reads it) is read as the output
-  itself: tlc names outputs apart from values, and the exporter writes exactly such Identities, so
-  export -> import -> export is stable.
+- The Identity nodes the exporter adds to name graph outputs (marked by their doc string) are read as the
+  outputs themselves, so export -> import gives the graph back; every other Identity is kept.
 - Graph, model and node metadata (names, doc strings, producer, metadata_props) are kept for export.
 """
 
@@ -39,7 +38,7 @@ import onnx.inliner
 from ..errors import InvalidModelError, UnsupportedOperatorError
 from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Value
 from ..ops import is_registered
-from .onnx_export import EXPORT_IR_VERSION, FUSED_PREFIX, save_onnx, to_onnx
+from .onnx_export import EXPORT_IR_VERSION, FUSED_PREFIX, OUTPUT_ALIAS_DOC, save_onnx, to_onnx
 from .onnx_opset import convert_opset, default_opset
 from .onnx_tensors import (
     array_to_tensor,
@@ -262,11 +261,11 @@ class _Builder:
 
 
 def _output_renames(nodes, outputs) -> set[str]:
-    """Graph outputs computed by an Identity that nothing else reads: tlc names outputs apart from values, so
-    such an Identity (the exporter writes them) is read as the output itself and export -> import is stable."""
+    """Graph outputs named by an Identity the exporter added (tlc names outputs apart from values); nothing
+    else may read them."""
     consumed = {name for node in nodes for name in node.input}
     return {node.output[0] for node in nodes
-            if node.op_type == "Identity" and node.domain in ("", "ai.onnx") and len(node.output) == 1
+            if node.op_type == "Identity" and node.doc_string == OUTPUT_ALIAS_DOC and len(node.output) == 1
             and node.input and node.input[0] and node.output[0] in set(outputs) and node.output[0] not in consumed}
 
 

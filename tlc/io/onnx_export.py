@@ -7,7 +7,7 @@
   body, nested bodies as nested functions); the node's ``kind`` travels as an attribute of the call, declared by
   the function with a default. The importer turns these calls back into ``tlc.Fused`` nodes.
 - Graph outputs whose name is not the name of their value (an input that is also an output under another name,
-  a value output twice) get an Identity node producing the output name.
+  a value output twice) get an Identity node producing the output name, marked ``OUTPUT_ALIAS_DOC``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from .onnx_tensors import array_to_tensor, value_info_proto
 
 EXPORT_IR_VERSION = 10  # opset 21's IR version
 FUSED_PREFIX = "Fused_"
+#: The doc string of the Identity nodes the exporter adds to name outputs; the importer reads them as the
+#: outputs themselves again (and leaves every other Identity alone).
+OUTPUT_ALIAS_DOC = "tlc: names a graph output"
 _ATTR_TYPES = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS,
                "strings": onnx.AttributeProto.STRINGS}
 
@@ -94,7 +97,7 @@ class _Writer:
         self.nodes.append(proto)
 
     def identity(self, source: str, target: str, *, named: bool) -> None:
-        self.nodes.append(helper.make_node("Identity", [source], [target],
+        self.nodes.append(helper.make_node("Identity", [source], [target], doc_string=OUTPUT_ALIAS_DOC,
                                            name=self.fresh(f"{target}_output") if named else None))
         self.ops.add("Identity")
 
