@@ -9,6 +9,8 @@ import functools
 import warnings
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 import tlc
 from tlc.io.onnx import from_onnx
@@ -26,13 +28,46 @@ def all_cases() -> tuple:
 
 
 def case_ops(case) -> list[str]:
-    return sorted({n.op_type for n in case.model.graph.node})
+    """The (qualified) op types a case's model uses."""
+    return sorted({f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+                   for n in case.model.graph.node})
 
 
 def cases_for(*ops: str) -> list:
     """Node cases whose model uses one of ``ops`` (by its first node's op type)."""
     wanted = set(ops)
     return [c for c in all_cases() if c.model.graph.node and c.model.graph.node[0].op_type in wanted]
+
+
+def as_array(item) -> np.ndarray:
+    """Case data is numpy arrays, or TensorProtos for types numpy lacks (the test-case type hints lie)."""
+    return numpy_helper.to_array(item) if isinstance(item, onnx.TensorProto) else np.asarray(item)
+
+
+def input_names(model: onnx.ModelProto) -> list[str]:
+    """The model's graph inputs that the caller feeds (those without an initializer), in order."""
+    initialized = {t.name for t in model.graph.initializer}
+    return [vi.name for vi in model.graph.input if vi.name not in initialized]
+
+
+def compare(name: str, have: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
+    """"" when ``have`` matches ``want`` the way ONNX's backend runner checks it, else the reason."""
+    if have.shape != want.shape:
+        return f"output {name!r}: shape {list(have.shape)}, expected {list(want.shape)}"
+    if want.dtype == object or have.dtype == object:
+        if [str(v) for v in have.ravel()] != [str(v) for v in want.ravel()]:
+            return f"output {name!r}: string values differ"
+        return ""
+    if have.dtype != want.dtype:
+        return f"output {name!r}: dtype {have.dtype}, expected {want.dtype}"
+    try:
+        np.testing.assert_allclose(have, want, rtol=rtol, atol=atol)
+    except AssertionError as exc:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        detail = next((ln for ln in lines if ln.startswith("Mismatched elements")), lines[-1] if lines else "")
+        worst = next((ln for ln in lines if ln.startswith("Max absolute")), "")
+        return f"output {name!r}: {detail}" + (f"; {worst}" if worst else "")
+    return ""
 
 
 def run_case(case) -> tuple[str, str]:
@@ -43,23 +78,21 @@ def run_case(case) -> tuple[str, str]:
         return UNSUPPORTED, str(exc)
     except tlc.TlcError as exc:
         return FAIL, f"import: {type(exc).__name__}: {exc}"
+    except Exception as exc:  # a bug in tlc, not in the model: report it as a failure of this case
+        return FAIL, f"import: internal error: {type(exc).__name__}: {exc}"
+    names = input_names(case.model)
     for inputs, outputs in case.data_sets:
-        feeds = {n.name: a for n, a in zip(g.inputs, inputs)}
+        feeds = {n: as_array(a) for n, a in zip(names, inputs)}
         try:
             got = tlc.reference.run(g, feeds)
         except tlc.TlcError as exc:
             return FAIL, f"run: {type(exc).__name__}: {exc}"
+        except Exception as exc:
+            return FAIL, f"run: internal error: {type(exc).__name__}: {exc}"
+        if len(outputs) != len(g.outputs):
+            return FAIL, f"{len(g.outputs)} outputs, expected {len(outputs)}"
         for (_, name), want in zip(g.outputs, outputs):
-            have = got[name]
-            if want.dtype == object or have.dtype == object:
-                ok = have.shape == want.shape and [str(v) for v in have.ravel()] == [str(v) for v in want.ravel()]
-                if not ok:
-                    return FAIL, f"output {name!r}: string values differ"
-                continue
-            if have.dtype != want.dtype:
-                return FAIL, f"output {name!r}: dtype {have.dtype}, expected {want.dtype}"
-            try:
-                np.testing.assert_allclose(have, want, rtol=case.rtol, atol=case.atol)
-            except AssertionError as exc:
-                return FAIL, f"output {name!r}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}"
+            reason = compare(name, np.asarray(got[name]), as_array(want), case.rtol, case.atol)
+            if reason:
+                return FAIL, reason
     return PASS, ""

@@ -1,10 +1,25 @@
-"""ONNX import and export with the ``onnx`` package.
+"""ONNX import (and, re-exported from ``onnx_export``, export) with the ``onnx`` package.
 
-Import: any opset from 7 is converted to the IR's opset (``DEFAULT_OPSET``) with ``onnx.version_converter``,
-which also carries the semantic changes (Softmax before 13, Reduce* axes becoming inputs at 18, ...);
-initializers become Constant nodes; external data is read only from inside the model's folder; unknown ops are
-refused all at once with their counts. Export writes a model onnx.checker accepts and onnxruntime runs
-(IR version <= 10, see FACTS.md).
+Import decisions:
+
+- Opsets: every model is read with opset-21 semantics, see ``onnx_opset`` (older: onnx's version converter;
+  newer: checked op by op, not converted).
+- Initializers become Constant nodes. An initializer that is also listed as a graph input (required before IR 4;
+  an overridable default since) is a constant too: tlc compiles for inference, and an overridable weight would
+  block constant folding; the report warns when an IR >= 4 model does this. To feed a weight, remove its
+  initializer from the model.
+- Every Constant attribute form (value, value_float(s), value_int(s), value_string(s), sparse_value) becomes a
+  Constant node with one ``value`` array.
+- External data is read only from files inside the model's folder (``read_model``); a ModelProto given directly
+  with external references is refused rather than read relative to the working directory.
+- Refusals come all at once with ``UnsupportedOperatorError``: every unknown op with its count, every element
+  type tlc does not hold (bfloat16, float8, int4, complex, ...) and every non-tensor value (sequence, optional,
+  map) with where it occurs.
+- Model-local functions are inlined, except the ``tlc``-domain functions tlc writes for ``tlc.Fused`` nodes,
+  which become ``tlc.Fused`` nodes again (so export -> import keeps fused groups).
+- The Identity nodes the exporter adds to name graph outputs (marked by their doc string) are read as the
+  outputs themselves, so export -> import gives the graph back; every other Identity is kept.
+- Graph, model and node metadata (names, doc strings, producer, metadata_props) are kept for export.
 """
 
 from __future__ import annotations
@@ -18,41 +33,59 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper, version_converter
+import onnx.inliner
 
-from ..errors import InvalidModelError, TlcError, UnsupportedOperatorError
+from ..errors import InvalidModelError, UnsupportedOperatorError
 from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Value
-from ..ir.types import ONNX_TYPE_CODES, TensorType, dtype_of_onnx_code
-from ..ops import is_registered, lookup
-from . import atomic_write
+from ..ops import is_registered
+from .onnx_export import EXPORT_IR_VERSION, FUSED_PREFIX, OUTPUT_ALIAS_DOC, save_onnx, to_onnx
+from .onnx_opset import convert_opset, default_opset
+from .onnx_tensors import (
+    array_to_tensor,
+    load_external_data,
+    sparse_to_array,
+    tensor_to_array,
+    unsupported_types,
+    value_type,
+)
 
-MIN_OPSET = 7
-EXPORT_IR_VERSION = 10  # IR version of opset 21; onnxruntime 1.31 reads at most 13 (FACTS.md)
+__all__ = ["EXPORT_IR_VERSION", "ImportReport", "array_to_tensor", "from_onnx", "import_onnx", "load_onnx",
+           "read_model", "save_onnx", "tensor_to_array", "to_onnx"]
 
 
 @dataclass
 class ImportReport:
-    """What importing a model found and did."""
+    """What importing a model found and did; ``str()`` gives a readable summary."""
 
     path: str = ""
+    producer: str = ""
+    ir_version: int = 0
     source_opset: int = 0
     opset: int = DEFAULT_OPSET
     nodes: int = 0
+    ops: dict[str, int] = field(default_factory=dict)
     initializers: int = 0
     parameters: int = 0
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        lines = [f"imported {self.path or 'model'}: {self.nodes} nodes, {self.initializers} initializers, "
-                 f"{self.parameters:,} parameters, opset {self.source_opset}"
-                 + (f" -> {self.opset}" if self.source_opset != self.opset else "")
-                 + f", {self.seconds * 1000:.0f} ms"]
-        lines += [f"warning: {w}" for w in self.warnings]
+        opset = f"opset {self.source_opset}" + (f" -> {self.opset}" if self.source_opset != self.opset else "")
+        head = f"imported {self.path or 'model'}"
+        if self.producer:
+            head += f" (from {self.producer})"
+        top = sorted(self.ops.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"{op} {n}" for op, n in top[:8]) + (", ..." if len(top) > 8 else "")
+        lines = [head,
+                 f"  IR version {self.ir_version}, {opset}",
+                 f"  {self.nodes} nodes" + (f": {shown}" if shown else ""),
+                 f"  {self.initializers} initializers, {self.parameters:,} parameters",
+                 f"  {self.seconds * 1000:.0f} ms"]
+        lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------- reading
+# ---------------------------------------------------------------------------- reading files
 def read_model(path: str | os.PathLike) -> onnx.ModelProto:
     """Parse an ONNX file; external data only from inside the model's folder."""
     path = Path(path)
@@ -60,121 +93,81 @@ def read_model(path: str | os.PathLike) -> onnx.ModelProto:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises DecodeError and others
         raise InvalidModelError(f"{str(path)!r} is not a valid ONNX model: {type(exc).__name__}: {exc}") from None
-    _load_external_data(model, path.parent)
+    load_external_data(model, path.parent)
     return model
 
 
-def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
-    base = base.resolve()
-    for tensor in _all_tensors(model.graph):
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in tensor.external_data}
-        location = info.get("location", "")
-        target = (base / location).resolve()
-        if not location or os.path.isabs(location) or base not in target.parents:
-            raise InvalidModelError(f"tensor {tensor.name!r} refers to external data {location!r} outside the "
-                                    f"model's folder {str(base)!r}; refusing to read it")
-        if not target.is_file():
-            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} not found")
-        offset, length = int(info.get("offset", 0)), info.get("length")
-        with open(target, "rb") as f:
-            f.seek(offset)
-            data = f.read(int(length)) if length is not None else f.read()
-        tensor.raw_data = data
-        del tensor.external_data[:]
-        tensor.data_location = onnx.TensorProto.DEFAULT
+# ---------------------------------------------------------------------------- checks before building
+def _local_function_ids(model: onnx.ModelProto) -> set[tuple[str, str]]:
+    return {(f.domain, f.name) for f in model.functions}
 
 
-def _all_tensors(graph: onnx.GraphProto):
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            elif attr.type == onnx.AttributeProto.GRAPH:
-                yield from _all_tensors(attr.g)
+def _fused_function_ids(model: onnx.ModelProto) -> list[tuple[str, str]]:
+    return [(f.domain, f.name) for f in model.functions if f.domain == TLC_DOMAIN and f.name.startswith(FUSED_PREFIX)]
 
 
-def _default_opset(model: onnx.ModelProto) -> int:
-    for op in model.opset_import:
-        if op.domain in ("", "ai.onnx"):
-            return op.version
-    return DEFAULT_OPSET
+def _inline_other_functions(model: onnx.ModelProto, report: ImportReport) -> onnx.ModelProto:
+    """Inline every model-local function except tlc's Fused bodies."""
+    keep = _fused_function_ids(model)
+    if len(keep) == len(model.functions):
+        return model
+    report.warnings.append(f"inlined {len(model.functions) - len(keep)} model-local function(s)")
+    try:
+        return onnx.inliner.inline_selected_functions(model, keep, exclude=True)
+    except Exception as exc:
+        raise InvalidModelError(f"could not inline the model's local functions: {exc}") from None
 
 
-def _unsupported(model: onnx.ModelProto) -> Counter:
+def _unregistered(model: onnx.ModelProto) -> Counter:
     missing: Counter = Counter()
-    local = {(f.domain, f.name) for f in model.functions}
-    for node in model.graph.node:
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        if (domain, node.op_type) in local:
-            continue
-        if not is_registered(node.op_type, domain):
-            missing[(domain, node.op_type)] += 1
+    local = _local_function_ids(model)
+    bodies = [model.graph.node] + [f.node for f in model.functions]
+    for nodes in bodies:
+        for node in nodes:
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            if (domain, node.op_type) not in local and not is_registered(node.op_type, domain):
+                missing[(domain, node.op_type)] += 1
     return missing
 
 
-def _raise_unsupported(missing: Counter) -> None:
-    listing = ", ".join(f"{d + '.' if d else ''}{op} x{n}" for (d, op), n in sorted(missing.items()))
-    raise UnsupportedOperatorError(f"the model uses {len(missing)} operator(s) tlc does not support: {listing}",
-                                   dict(missing))
+def _refuse(missing: Counter, types: dict[str, list[str]]) -> None:
+    parts = []
+    if missing:
+        listing = ", ".join(f"{d + '.' if d else ''}{op} x{n}" for (d, op), n in sorted(missing.items()))
+        parts.append(f"{len(missing)} operator(s) tlc does not support: {listing}")
+    if types:
+        listing = "; ".join(f"{kind} ({', '.join(map(repr, where[:3]))}{', ...' if len(where) > 3 else ''})"
+                            for kind, where in sorted(types.items()))
+        parts.append(f"{len(types)} value type(s) tlc does not support: {listing}")
+    raise UnsupportedOperatorError("the model uses " + "; and ".join(parts), dict(missing))
 
 
-def convert_opset(model: onnx.ModelProto, report: ImportReport) -> onnx.ModelProto:
-    """Bring the model to the IR's opset; older semantics are rewritten by onnx's version converter."""
-    version = _default_opset(model)
-    report.source_opset = version
-    if version < MIN_OPSET:
-        raise InvalidModelError(f"opset {version} is too old: tlc imports opset {MIN_OPSET} and later")
-    if version == DEFAULT_OPSET:
-        return model
+def _check_supported(model: onnx.ModelProto, report: ImportReport) -> onnx.ModelProto:
+    """Refuse unknown ops and types (all at once); then bring the model to opset 21."""
+    missing, types = _unregistered(model), unsupported_types(model)
+    # NOTE: the converter may turn an old op into a registered one (opset < 21), so missing default-domain
+    # ops are final only when no conversion follows.
+    if types or any(d for d, _ in missing) or (missing and default_opset(model) >= DEFAULT_OPSET):
+        _refuse(missing, types)
     try:
-        converted = version_converter.convert_version(model, DEFAULT_OPSET)
-    except Exception as exc:
-        if version > DEFAULT_OPSET:
-            report.warnings.append(f"opset {version} is newer than tlc's {DEFAULT_OPSET} and could not be "
-                                   f"converted ({exc}); ops are read with opset-{DEFAULT_OPSET} semantics")
-            return model
-        raise InvalidModelError(f"could not convert the model from opset {version} to {DEFAULT_OPSET}: {exc}") from None
-    report.warnings.append(f"converted from opset {version} to {DEFAULT_OPSET}")
-    return converted
+        model = convert_opset(model, report.warnings)
+    except InvalidModelError:
+        if missing:  # the converter trips over ops it does not know: name them instead
+            _refuse(missing, {})
+        raise
+    missing = _unregistered(model)
+    if missing:
+        _refuse(missing, {})
+    return model
 
 
-def tensor_to_array(tensor: onnx.TensorProto) -> np.ndarray:
-    if tensor.data_type not in ONNX_TYPE_CODES.values():
-        raise UnsupportedOperatorError(
-            f"tensor {tensor.name!r} has element type {onnx.TensorProto.DataType.Name(tensor.data_type)}, "
-            f"which tlc does not support", {})
-    array = numpy_helper.to_array(tensor)
-    if array.dtype.kind in "SU" or array.dtype == object:
-        array = np.array([v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()],
-                         dtype=object).reshape(array.shape)
-    return array
-
-
-def _type_of(value_info: onnx.ValueInfoProto) -> TensorType:
-    tt = value_info.type.tensor_type
-    if not value_info.type.HasField("tensor_type"):
-        raise UnsupportedOperatorError(f"value {value_info.name!r} is not a tensor (sequences, maps and "
-                                       f"optionals are not supported)", {})
-    dtype = dtype_of_onnx_code(tt.elem_type) if tt.elem_type else "float32"
-    if not tt.HasField("shape"):
-        return TensorType(dtype, None)
-    dims: list[Any] = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.dim_param:
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
-    return TensorType(dtype, tuple(dims))
-
-
+# ---------------------------------------------------------------------------- building the graph
 def _attribute(attr: onnx.AttributeProto, where: str) -> Any:
-    kind = attr.type
     A = onnx.AttributeProto
+    kind = attr.type
+    if attr.ref_attr_name:
+        raise UnsupportedOperatorError(f"{where}: attribute {attr.name!r} refers to a function attribute "
+                                       f"({attr.ref_attr_name!r}); not supported", {})
     if kind == A.INT:
         return int(attr.i)
     if kind == A.FLOAT:
@@ -190,9 +183,7 @@ def _attribute(attr: onnx.AttributeProto, where: str) -> Any:
     if kind == A.TENSOR:
         return tensor_to_array(attr.t)
     if kind == A.SPARSE_TENSOR:
-        from onnx.reference.ops.op_constant import _sparse_to_dense  # noqa: PLC0415 - rare path
-
-        return np.asarray(_sparse_to_dense(attr.sparse_tensor))
+        return sparse_to_array(attr.sparse_tensor)
     raise UnsupportedOperatorError(f"{where}: attribute {attr.name!r} of type {A.AttributeType.Name(kind)} is "
                                    f"not supported", {})
 
@@ -205,50 +196,84 @@ _CONSTANT_FORMS = {
 }
 
 
-def from_onnx(model: onnx.ModelProto, *, path: str = "") -> tuple[Graph, ImportReport]:
-    """Build a verified Graph from a ModelProto; returns it with an import report."""
-    start = time.perf_counter()
-    report = ImportReport(path=path)
-    _schedule(model.graph.node, _graph_names(model.graph))  # structural errors before any conversion
-    missing = _unsupported(model)
-    missing_default = Counter({k: v for k, v in missing.items() if k[0] == ""})
-    if missing and any(d for d, _ in missing):
-        _raise_unsupported(missing)
-    if not missing_default:
-        model = convert_opset(model, report)
-        missing = _unsupported(model)
-    if missing:
-        _raise_unsupported(missing)
-    if model.functions:
-        raise UnsupportedOperatorError("model-local functions are not supported on import "
-                                       f"({', '.join(f.name for f in model.functions)})", {})
-    gp = model.graph
-    g = Graph(gp.name or "graph", opset={"": DEFAULT_OPSET}, doc=gp.doc_string)
-    g.producer_name, g.producer_version = model.producer_name, model.producer_version
-    g.metadata = {p.key: p.value for p in model.metadata_props}
-    if model.doc_string:
-        g.metadata.setdefault("model_doc_string", model.doc_string)
-    values: dict[str, Value] = {}
-    initializer_names = {t.name for t in gp.initializer}
-    for vi in gp.input:
-        if vi.name not in initializer_names:
-            values[vi.name] = g.input(vi.name, _type_of(vi).dtype, _type_of(vi).shape)
-    for tensor in gp.initializer:
-        array = tensor_to_array(tensor)
-        values[tensor.name] = g.constant(array, name=tensor.name)
-        report.parameters += int(array.size)
-    report.initializers = len(gp.initializer)
-    for node in _schedule(gp.node, _graph_names(gp)):
-        _add_node(g, node, values)
-    for vi in gp.output:
-        if vi.name not in values:
-            raise InvalidModelError(f"graph output {vi.name!r} is not produced by any node")
-        g.output(values[vi.name], vi.name)
-    g.infer_types()
-    g.verify()
-    report.nodes = len(gp.node)
-    report.seconds = time.perf_counter() - start
-    return g, report
+class _Builder:
+    """Adds ONNX nodes to one Graph (the main graph or a Fused body), tracking ONNX value names."""
+
+    def __init__(self, graph: Graph, functions: dict[tuple[str, str], onnx.FunctionProto], nodes, outputs):
+        self.g = graph
+        self.functions = functions
+        self.values: dict[str, Value] = {}
+        self.renames = _output_renames(nodes, outputs)
+
+    def add(self, node: onnx.NodeProto) -> None:
+        g = self.g
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        where = f"node {node.name!r} ({node.op_type})"
+        for out in node.output:
+            if out and out in self.values:
+                raise InvalidModelError(f"{where}: value {out!r} is produced twice")
+        if node.output and node.output[0] in self.renames:
+            self.values[node.output[0]] = self.values[node.input[0]]
+            return
+        attrs = {a.name: _attribute(a, where) for a in node.attribute}
+        if node.op_type == "Constant" and domain == "":
+            if len(attrs) != 1 or next(iter(attrs)) not in _CONSTANT_FORMS:
+                raise InvalidModelError(f"{where}: a Constant needs exactly one value attribute, got {sorted(attrs)}")
+            ((key, raw),) = attrs.items()
+            self.values[node.output[0]] = g.constant(_CONSTANT_FORMS[key](raw), name=node.output[0])
+            return
+        inputs = [self.values[n] if n else None for n in node.input]
+        output_names = [o or g.fresh_name(f"{node.name or node.op_type}_unused{i}") for i, o in enumerate(node.output)]
+        name = g.fresh_name(node.name or (node.output[0] if node.output and node.output[0] else node.op_type))
+        fn = self.functions.get((domain, node.op_type))
+        if fn is not None:
+            body = self.function_body(fn, inputs, where)
+            kind = attrs.pop("kind", _function_default(fn, "kind", "elementwise"))
+            if attrs:
+                raise InvalidModelError(f"{where}: unexpected attribute(s) {sorted(attrs)} on a tlc.Fused call")
+            outs = g.add_node("Fused", inputs, domain=TLC_DOMAIN, name=name, output_names=output_names,
+                              doc=node.doc_string, attrs={"body": body, "kind": kind})
+        else:  # NOTE: attrs=, not keywords: an ONNX attribute may be named like a parameter (num_outputs)
+            outs = g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
+                              doc=node.doc_string, attrs=attrs)
+        outs = (outs,) if isinstance(outs, Value) else outs
+        for out_name, v in zip(node.output, outs):
+            if out_name:
+                self.values[out_name] = v
+
+    def function_body(self, fn: onnx.FunctionProto, inputs: list[Value | None], where: str) -> Graph:
+        """The body Graph of a tlc Fused function, typed for this call's inputs."""
+        if len(inputs) != len(fn.input) or any(v is None for v in inputs):
+            raise InvalidModelError(f"{where}: calls {fn.name!r} with {sum(v is not None for v in inputs)} inputs; "
+                                    f"it takes {len(fn.input)}")
+        body = Graph(fn.name, opset={"": DEFAULT_OPSET}, doc=fn.doc_string)
+        inner = _Builder(body, self.functions, fn.node, fn.output)
+        for name, v in zip(fn.input, inputs):
+            t = self.g.type_of(v)
+            inner.values[name] = body.input(name, t.dtype, t.shape)
+        for node in _schedule(fn.node, set(fn.input)):
+            inner.add(node)
+        for name in fn.output:
+            if name not in inner.values:
+                raise InvalidModelError(f"function {fn.name!r}: output {name!r} is not produced by any node")
+            body.output(inner.values[name], name)
+        return body
+
+
+def _output_renames(nodes, outputs) -> set[str]:
+    """Graph outputs named by an Identity the exporter added (tlc names outputs apart from values); nothing
+    else may read them."""
+    consumed = {name for node in nodes for name in node.input}
+    return {node.output[0] for node in nodes
+            if node.op_type == "Identity" and node.doc_string == OUTPUT_ALIAS_DOC and len(node.output) == 1
+            and node.input and node.input[0] and node.output[0] in set(outputs) and node.output[0] not in consumed}
+
+
+def _function_default(fn: onnx.FunctionProto, name: str, fallback: Any) -> Any:
+    for attr in fn.attribute_proto:
+        if attr.name == name:
+            return _attribute(attr, f"function {fn.name!r}")
+    return fallback
 
 
 def _schedule(nodes, available: set[str]) -> list[onnx.NodeProto]:
@@ -282,32 +307,63 @@ def _graph_names(gp: onnx.GraphProto) -> set[str]:
     return {vi.name for vi in gp.input} | {t.name for t in gp.initializer}
 
 
-def _add_node(g: Graph, node: onnx.NodeProto, values: dict[str, Value]) -> None:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    where = f"node {node.name!r} ({node.op_type})"
-    attrs = {a.name: _attribute(a, where) for a in node.attribute}
-    for out in node.output:
-        if out and out in values:
-            raise InvalidModelError(f"{where}: value {out!r} is produced twice")
-    if node.op_type == "Constant" and domain == "":
-        if len(attrs) != 1 or next(iter(attrs)) not in _CONSTANT_FORMS:
-            raise InvalidModelError(f"{where}: a Constant needs exactly one value attribute, got {sorted(attrs)}")
-        (key, raw), = attrs.items()
-        values[node.output[0]] = g.constant(_CONSTANT_FORMS[key](raw), name=node.output[0])
-        return
-    output_names = [o or g.fresh_name(f"{node.name or node.op_type}_unused{i}") for i, o in enumerate(node.output)]
-    outs = g.add_node(node.op_type, [values[n] if n else None for n in node.input], domain=domain,
-                      name=_node_name(g, node), output_names=output_names, infer=False, doc=node.doc_string,
-                      attrs=attrs)
-    outs = (outs,) if isinstance(outs, Value) else outs
-    for out_name, v in zip(node.output, outs):
-        if out_name:
-            values[out_name] = v
+def _add_interface(g: Graph, builder: _Builder, gp: onnx.GraphProto, report: ImportReport) -> None:
+    """Graph inputs (those without an initializer) and initializers as constants."""
+    initializer_names = [t.name for t in gp.initializer]
+    dupes = sorted(n for n, c in Counter(initializer_names).items() if c > 1)
+    if dupes:
+        raise InvalidModelError(f"initializer name(s) {', '.join(map(repr, dupes))} are used more than once")
+    defaults = [vi.name for vi in gp.input if vi.name in set(initializer_names)]
+    if defaults and report.ir_version >= 4:
+        report.warnings.append(f"{len(defaults)} graph input(s) have an initializer (an overridable default in "
+                               f"ONNX): tlc reads them as constants, e.g. {defaults[0]!r}")
+    for vi in gp.input:
+        if vi.name not in set(initializer_names):
+            t = value_type(vi, need_dtype=True)
+            builder.values[vi.name] = g.input(vi.name, t.dtype, t.shape)
+    for tensor in gp.initializer:
+        array = tensor_to_array(tensor)
+        builder.values[tensor.name] = g.constant(array, name=tensor.name)
+        report.parameters += int(array.size)
+    report.initializers = len(gp.initializer)
 
 
-def _node_name(g: Graph, node: onnx.NodeProto) -> str:
-    base = node.name or (node.output[0] if node.output and node.output[0] else node.op_type)
-    return g.fresh_name(base)
+def _add_outputs(g: Graph, builder: _Builder, gp: onnx.GraphProto, report: ImportReport) -> None:
+    for vi in gp.output:
+        if vi.name not in builder.values:
+            raise InvalidModelError(f"graph output {vi.name!r} is not produced by any node")
+        value = builder.values[vi.name]
+        g.output(value, vi.name)
+        declared, inferred = value_type(vi, need_dtype=False), g.type_of(value)
+        if declared is not None and inferred is not None and declared.dtype != inferred.dtype:
+            report.warnings.append(f"graph output {vi.name!r} is declared {declared.dtype} but computes "
+                                   f"{inferred.dtype}")
+
+
+def from_onnx(model: onnx.ModelProto, *, path: str = "") -> tuple[Graph, ImportReport]:
+    """Build a verified Graph from a ModelProto; returns it with an import report."""
+    start = time.perf_counter()
+    report = ImportReport(path=path, ir_version=model.ir_version, source_opset=default_opset(model),
+                          producer=" ".join(p for p in (model.producer_name, model.producer_version) if p))
+    _schedule(model.graph.node, _graph_names(model.graph))  # structural errors before any conversion
+    model = _inline_other_functions(model, report)
+    model = _check_supported(model, report)
+    gp = model.graph
+    g = Graph(gp.name or "graph", opset={"": DEFAULT_OPSET}, doc=gp.doc_string)
+    g.producer_name, g.producer_version = model.producer_name, model.producer_version
+    g.metadata = {p.key: p.value for p in model.metadata_props}
+    if model.doc_string:
+        g.metadata.setdefault("model_doc_string", model.doc_string)
+    builder = _Builder(g, {(f.domain, f.name): f for f in model.functions}, gp.node, [o.name for o in gp.output])
+    _add_interface(g, builder, gp, report)
+    for node in _schedule(gp.node, _graph_names(gp)):
+        builder.add(node)
+    _add_outputs(g, builder, gp, report)
+    g.verify()
+    report.nodes = len(gp.node)
+    report.ops = dict(Counter(n.qualified_op for n in g.ops()))
+    report.seconds = time.perf_counter() - start
+    return g, report
 
 
 def import_onnx(path: str | os.PathLike) -> tuple[Graph, ImportReport]:
@@ -317,132 +373,3 @@ def import_onnx(path: str | os.PathLike) -> tuple[Graph, ImportReport]:
 
 def load_onnx(path: str | os.PathLike) -> Graph:
     return import_onnx(path)[0]
-
-
-# ---------------------------------------------------------------------------- writing
-def _attr_proto(name: str, value: Any, kind: str | None) -> onnx.AttributeProto:
-    if isinstance(value, np.ndarray):
-        return helper.make_attribute(name, array_to_tensor(value, name))
-    if isinstance(value, Graph):
-        raise TlcError(f"graph attribute {name!r} cannot be exported directly")
-    if isinstance(value, (list, tuple)) and not value and kind in ("ints", "floats", "strings"):
-        attr_type = {"ints": onnx.AttributeProto.INTS, "floats": onnx.AttributeProto.FLOATS,
-                     "strings": onnx.AttributeProto.STRINGS}[kind]
-        return helper.make_attribute(name, [], attr_type=attr_type)
-    if kind == "float" and isinstance(value, int):
-        value = float(value)
-    if kind == "floats":
-        value = [float(v) for v in value]
-    return helper.make_attribute(name, value)
-
-
-def array_to_tensor(array: np.ndarray, name: str) -> onnx.TensorProto:
-    if array.dtype == object:
-        tensor = helper.make_tensor(name, onnx.TensorProto.STRING, array.shape,
-                                    [str(v).encode() for v in array.ravel()])
-        return tensor
-    return numpy_helper.from_array(np.ascontiguousarray(array), name)
-
-
-def _value_info(name: str, t: TensorType | None) -> onnx.ValueInfoProto:
-    if t is None:
-        return helper.make_empty_tensor_value_info(name)
-    shape = None if t.shape is None else [d if d is not None else None for d in t.shape]
-    return helper.make_tensor_value_info(name, ONNX_TYPE_CODES[t.dtype], shape)
-
-
-def to_onnx(graph: Graph) -> onnx.ModelProto:
-    """A ModelProto for ``graph`` that onnx.checker accepts and onnxruntime runs."""
-    nodes: list[onnx.NodeProto] = []
-    initializers: list[onnx.TensorProto] = []
-    value_info: list[onnx.ValueInfoProto] = []
-    functions: dict[str, onnx.FunctionProto] = {}
-    vname = graph.value_name
-    for node in graph.nodes():
-        if node.domain == "" and node.op == "Input":
-            continue
-        if node.domain == "" and node.op == "Constant":
-            initializers.append(array_to_tensor(node.attrs["value"], node.output_names[0]))
-            continue
-        ins = ["" if v is None else vname(v) for v in graph.inputs_of(node)]
-        if node.domain == TLC_DOMAIN and node.op == "Fused":
-            fn = _fused_function(node.attrs["body"], functions)
-            nodes.append(helper.make_node(fn.name, ins, list(node.output_names), name=node.name,
-                                          domain=TLC_DOMAIN, doc_string=node.doc or None))
-        else:
-            opdef = lookup(node.op, node.domain)
-            attrs = [_attr_proto(k, v, opdef.attrs[k].kind if opdef and k in opdef.attrs else None)
-                     for k, v in sorted(node.attrs.items())]
-            proto = helper.make_node(node.op, ins, list(node.output_names), name=node.name,
-                                     domain=node.domain or None, doc_string=node.doc or None)
-            proto.attribute.extend(attrs)
-            nodes.append(proto)
-        value_info.extend(_value_info(n, t) for n, t in zip(node.output_names, node.output_types))
-    outputs = []
-    for value, name in graph.outputs:
-        if vname(value) != name:
-            nodes.append(helper.make_node("Identity", [vname(value)], [name], name=f"{name}_output"))
-        outputs.append(_value_info(name, graph.type_of(value)))
-    inputs = [_value_info(n.name, n.output_types[0]) for n in graph.inputs]
-    out_names = {v.name for v in outputs}
-    value_info = [v for v in value_info if v.name not in out_names]
-    gp = helper.make_graph(nodes, graph.name, inputs, outputs, initializer=initializers, value_info=value_info,
-                           doc_string=graph.doc or None)
-    opsets = [helper.make_opsetid("", graph.opset.get("", DEFAULT_OPSET))]
-    if functions:
-        opsets.append(helper.make_opsetid(TLC_DOMAIN, 1))
-    model = helper.make_model(gp, opset_imports=opsets, producer_name=graph.producer_name or "tlc",
-                              producer_version=graph.producer_version or "", functions=list(functions.values()))
-    model.ir_version = EXPORT_IR_VERSION
-    doc = graph.metadata.get("model_doc_string")
-    if doc:
-        model.doc_string = doc
-    for key, value in graph.metadata.items():
-        if key != "model_doc_string":
-            model.metadata_props.add(key=key, value=value)
-    return model
-
-
-def _fused_function(body: Graph, functions: dict[str, onnx.FunctionProto]) -> onnx.FunctionProto:
-    """A model-local function in the ``tlc`` domain computing ``body`` (shared by equal bodies)."""
-    name = f"Fused_{body.structural_hash()[:12]}"
-    if name in functions:
-        return functions[name]
-    nodes = []
-    for node in body.nodes():
-        if node.op == "Input" and node.domain == "":
-            continue
-        if node.op == "Constant" and node.domain == "":
-            nodes.append(helper.make_node("Constant", [], list(node.output_names),
-                                          value=array_to_tensor(node.attrs["value"], node.output_names[0])))
-            continue
-        if node.domain == TLC_DOMAIN and node.op == "Fused":
-            inner = _fused_function(node.attrs["body"], functions)
-            nodes.append(helper.make_node(inner.name, [body.value_name(v) if v else "" for v in body.inputs_of(node)],
-                                          list(node.output_names), domain=TLC_DOMAIN))
-            continue
-        opdef = lookup(node.op, node.domain)
-        proto = helper.make_node(node.op, [body.value_name(v) if v else "" for v in body.inputs_of(node)],
-                                 list(node.output_names), domain=node.domain or None)
-        proto.attribute.extend(_attr_proto(k, v, opdef.attrs[k].kind if opdef and k in opdef.attrs else None)
-                               for k, v in sorted(node.attrs.items()))
-        nodes.append(proto)
-    outputs = []
-    for value, out_name in body.outputs:
-        if body.value_name(value) != out_name or body.node(value.node).op == "Input":
-            nodes.append(helper.make_node("Identity", [body.value_name(value)], [out_name]))
-        outputs.append(out_name)
-    fn = helper.make_function(TLC_DOMAIN, name, [n.name for n in body.inputs], outputs, nodes,
-                              opset_imports=[helper.make_opsetid("", body.opset.get("", DEFAULT_OPSET))])
-    functions[name] = fn
-    return fn
-
-
-def save_onnx(graph: Graph, path: str | os.PathLike) -> None:
-    """Write ``graph`` as an ONNX file (atomically) after checking it with onnx.checker."""
-    model = to_onnx(graph)
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as exc:
-        raise TlcError(f"internal error: the exported model fails onnx.checker: {exc}") from exc
-    atomic_write(path, lambda tmp: onnx.save(model, tmp))

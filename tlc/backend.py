@@ -1,0 +1,130 @@
+"""tlc as an ONNX backend (``onnx.backend.base.Backend``), so ONNX's backend test suite runs against it the way
+it runs against other runtimes::
+
+    import onnx.backend.test
+    import tlc.backend
+
+    globals().update(onnx.backend.test.BackendTest(tlc.backend, __name__).test_cases)
+
+``prepare`` imports the model (``tlc.io.onnx.from_onnx``: opset conversion, named refusals) and hands the graph to
+``_executor``, the one place that decides how a prepared model runs. Today that is the reference executor;
+switching to compiled plans is one line there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
+
+from . import reference
+from .errors import BackendError, InputError, UnsupportedOperatorError
+from .io.onnx import from_onnx, read_model
+from .ir.graph import DEFAULT_OPSET, Graph
+from .ir.types import ONNX_TYPE_CODES, dtype_name
+
+Executor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
+
+#: Device types tlc can run on. CUDA joins once tlc has a CUDA target behind ``_executor``.
+SUPPORTED_DEVICES = frozenset({DeviceType.CPU})
+
+
+def _executor(graph: Graph, device: str) -> Executor:
+    """How a prepared model runs (NOTE: the switch to compiled plans is this line: ``tlc.compile(graph, ...).run``)."""
+    return lambda feeds: reference.run(graph, feeds)
+
+
+class TlcBackendRep(BackendRep):
+    """A prepared model: ``run(inputs)`` returns its outputs in graph order (a tuple that also takes names)."""
+
+    def __init__(self, graph: Graph, execute: Executor):
+        self.graph = graph
+        self.input_names = [n.name for n in graph.inputs]
+        self.output_names = [name for _, name in graph.outputs]
+        self._execute = execute
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Run on ``inputs``: a list in input order, a dict name -> array, or one array for a one-input model."""
+        result = self._execute(self._feeds(inputs))
+        return namedtupledict("Outputs", self.output_names)(*[result[n] for n in self.output_names])
+
+    def _feeds(self, inputs: Any) -> dict[str, np.ndarray]:
+        if isinstance(inputs, Mapping):
+            return {k: np.asarray(v) for k, v in inputs.items()}
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        if not isinstance(inputs, Sequence):
+            raise InputError(f"inputs must be a list of arrays, a dict name -> array or one array; got "
+                             f"{type(inputs).__name__}")
+        if len(inputs) != len(self.input_names):
+            raise InputError(f"got {len(inputs)} inputs, the model takes {len(self.input_names)}: "
+                             f"{', '.join(self.input_names) or '(none)'}")
+        return {name: np.asarray(a) for name, a in zip(self.input_names, inputs)}
+
+
+class TlcBackend(Backend):
+    """The ONNX backend interface over tlc."""
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        try:
+            return Device(device).type in SUPPORTED_DEVICES
+        except (AttributeError, ValueError):  # an unknown device name
+            return False
+
+    @classmethod
+    def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        """True when tlc can import the model for ``device`` (it refuses unknown ops and types by name)."""
+        if not cls.supports_device(device):
+            return False
+        try:
+            from_onnx(model)
+        except UnsupportedOperatorError:
+            return False
+        return True
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto | bytes | str | os.PathLike, device: str = "CPU",
+                **kwargs: Any) -> TlcBackendRep:
+        """Import ``model`` (a ModelProto, its serialized bytes or a path) and prepare it to run on ``device``."""
+        if not cls.supports_device(device):
+            raise BackendError(f"tlc cannot run on device {device!r}; supported: CPU")
+        if isinstance(model, bytes):
+            model = onnx.load_from_string(model)
+        elif isinstance(model, (str, os.PathLike)):
+            model = read_model(model)
+        graph, _ = from_onnx(model)
+        return TlcBackendRep(graph, _executor(graph, device))
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
+                 outputs_info: Sequence[tuple[np.dtype, tuple[int, ...]]] | None = None,
+                 **kwargs: Any) -> tuple[Any, ...]:
+        """Run one node on ``inputs`` (in the order of its non-empty inputs), at ``opset_version`` (default 21)."""
+        arrays = [np.asarray(a) for a in (inputs.values() if isinstance(inputs, Mapping) else inputs)]
+        names = [n for n in node.input if n]
+        if len(arrays) != len(names):
+            raise InputError(f"node {node.name!r} ({node.op_type}) has {len(names)} inputs, got {len(arrays)} arrays")
+        graph_inputs = [helper.make_tensor_value_info(n, ONNX_TYPE_CODES[dtype_name(a.dtype)], a.shape)
+                        for n, a in zip(names, arrays)]
+        graph_outputs = [onnx.ValueInfoProto(name=n) for n in node.output if n]
+        opset = int(kwargs.pop("opset_version", DEFAULT_OPSET))
+        model = helper.make_model(helper.make_graph([node], f"run_node_{node.op_type}", graph_inputs, graph_outputs),
+                                  opset_imports=[helper.make_opsetid(node.domain or "", opset)])
+        return cls.run_model(model, arrays, device, **kwargs)
+
+
+prepare = TlcBackend.prepare
+run_model = TlcBackend.run_model
+run_node = TlcBackend.run_node
+supports_device = TlcBackend.supports_device
+is_compatible = TlcBackend.is_compatible

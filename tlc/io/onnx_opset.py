@@ -1,0 +1,166 @@
+"""Bringing a model to the IR's operator semantics (opset ``DEFAULT_OPSET``) and choosing the opset to export.
+
+Older models (opset < 21) go through ``onnx.version_converter``, which carries the semantic changes (Softmax
+before 13, Reduce* axes becoming inputs at 18, Split/Squeeze/Unsqueeze at 13, ...). Measured with onnx 1.23 on
+the ONNX backend node cases of opset 1 to 20: it converts all 879, and onnx's reference evaluator computes the
+expected outputs from the converted model in all 859 cases where it does so from the original; so no op needs
+a conversion of tlc's own.
+
+Newer models (opset > 21) are *not* down-converted: onnx's down adapters refuse most of them (269 of the 978
+newer node cases fail, e.g. "No Adapter From Version 22 for GlobalMaxPool" or a type restriction), although
+almost all ops changed after 21 only by accepting more element types. Instead each node is checked against the
+op's schema history: an op unchanged since 21, changed only in its type constraints, or new after 21 (then the
+registry defines it at its own version) is read as it is; an op whose inputs or attributes changed is read with
+its opset-21 meaning only when the node uses nothing that 21 lacks (no new attribute other than at its default,
+no new input, no attribute left to a default that changed). Otherwise the node is refused with
+``UnsupportedOperatorError`` naming the op, the opset and what it uses (of the 978 newer node cases one is:
+a SpaceToDepth with ``mode="CRD"``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+import onnx
+from onnx import defs, helper, version_converter
+
+from ..errors import InvalidModelError, UnsupportedOperatorError
+from ..ir.graph import DEFAULT_OPSET
+
+#: Opsets before 7 are converted on a best-effort basis (the converter has adapters from opset 1, but old
+#: models with e.g. ``consumed_inputs`` attributes are rare and little tested).
+TESTED_MIN_OPSET = 7
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's version of the default ONNX domain (0 when it imports none)."""
+    versions = [op.version for op in model.opset_import if op.domain in ("", "ai.onnx")]
+    return max(versions) if versions else 0
+
+
+def convert_opset(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProto:
+    """``model`` with opset-``DEFAULT_OPSET`` semantics; notes what was done in ``warnings``."""
+    version = default_opset(model)
+    if version in (0, DEFAULT_OPSET):
+        return model
+    if version > DEFAULT_OPSET:
+        model = read_newer_nodes(model, version)
+        warnings.append(f"opset {version} is newer than tlc's {DEFAULT_OPSET}: every op was checked to mean the "
+                        f"same at both (changes after {DEFAULT_OPSET} only add element types)")
+        return model
+    if version < TESTED_MIN_OPSET:
+        warnings.append(f"opset {version} is older than {TESTED_MIN_OPSET}; converted on a best-effort basis")
+    try:
+        converted = version_converter.convert_version(model, DEFAULT_OPSET)
+    except Exception as exc:  # the converter raises RuntimeError/ValidationError with a C++ assertion text
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidModelError(f"could not convert the model from opset {version} to {DEFAULT_OPSET}: "
+                                f"{reason}") from None
+    warnings.append(f"converted from opset {version} to {DEFAULT_OPSET}")
+    return converted
+
+
+def read_newer_nodes(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
+    """``model`` (opset ``version`` > 21) with opset-21 meaning: refuses (all at once) the nodes whose meaning
+    differs, and drops attributes new after 21 that a node sets to their default (a copy when it drops any)."""
+    refused: Counter = Counter()
+    reasons: dict[str, str] = {}
+    drops: dict[int, list[str]] = {}
+    for index, node in enumerate(model.graph.node):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        num_inputs = max((k + 1 for k, name in enumerate(node.input) if name), default=0)
+        reason, defaulted = _newer_use(node.op_type, version, {a.name: a for a in node.attribute}, num_inputs)
+        if reason:
+            refused[("", node.op_type)] += 1
+            reasons.setdefault(node.op_type, reason)
+        elif defaulted:
+            drops[index] = defaulted
+    if refused:
+        listing = "; ".join(f"{op} x{refused[('', op)]}: {why}" for op, why in sorted(reasons.items()))
+        raise UnsupportedOperatorError(f"opset {version} ops whose meaning changed after opset {DEFAULT_OPSET}, "
+                                       f"used in a way tlc does not support: {listing}", dict(refused))
+    if not drops:
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for index, names in drops.items():
+        node = copy.graph.node[index]
+        kept = [a for a in node.attribute if a.name not in names]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+    return copy
+
+
+def _newer_use(op: str, version: int, attrs: dict[str, onnx.AttributeProto], num_inputs: int
+               ) -> tuple[str, list[str]]:
+    """Why this use of ``op`` at ``version`` differs from opset 21 ("" when it does not), and the attributes new
+    after 21 that it sets to their default: the default is the behaviour from before the attribute existed."""
+    change = _schema_change(op, version)
+    if change is None:
+        return "", []
+    old_attrs, old_defaults, old_inputs = change
+    new = defs.get_schema(op, version, "")
+    added = [a for a in attrs if a not in old_attrs]
+    defaulted = [a for a in added if _is_default(attrs[a], new.attributes.get(a))]
+    if len(defaulted) < len(added):
+        return f"attribute(s) {', '.join(sorted(set(added) - set(defaulted)))} new after opset {DEFAULT_OPSET}", []
+    if old_inputs is not None and num_inputs > old_inputs:
+        return f"input {old_inputs + 1} is new after opset {DEFAULT_OPSET}", []
+    for name, attr in new.attributes.items():
+        if name not in attrs and name in old_defaults and old_defaults[name] != attr.default_value.SerializeToString():
+            return f"attribute {name!r} is left to a default that changed after opset {DEFAULT_OPSET}", []
+    return "", defaulted
+
+
+def _is_default(attr: onnx.AttributeProto, spec: defs.OpSchema.Attribute | None) -> bool:
+    if spec is None or spec.default_value.type == onnx.AttributeProto.UNDEFINED:
+        return False
+    return helper.get_attribute_value(attr) == helper.get_attribute_value(spec.default_value)
+
+
+@functools.cache
+def _schema_change(op: str, version: int) -> tuple[frozenset[str], dict[str, bytes], int | None] | None:
+    """None when ``op`` means at ``version`` what it means at opset 21 (same inputs and attributes, or an op new
+    after 21); else the opset-21 attribute names, their defaults and the number of inputs (None: variadic)."""
+    try:
+        new = defs.get_schema(op, version, "")
+    except defs.SchemaError:
+        return None  # not an ONNX op: the registry check names it
+    if new.since_version <= DEFAULT_OPSET:
+        return None
+    try:
+        old = defs.get_schema(op, DEFAULT_OPSET, "")
+    except defs.SchemaError:
+        return None  # introduced after 21: the registry defines it at its own version
+    if _signature(old) == _signature(new):
+        return None
+    variadic = any(i.option == defs.OpSchema.FormalParameterOption.Variadic for i in old.inputs)
+    defaults = {n: a.default_value.SerializeToString() for n, a in old.attributes.items()}
+    return frozenset(old.attributes), defaults, None if variadic else len(old.inputs)
+
+
+def _signature(schema: defs.OpSchema) -> tuple:
+    inputs = tuple((i.name, i.option) for i in schema.inputs)
+    outputs = tuple((o.name, o.option) for o in schema.outputs)
+    attrs = tuple(sorted((n, a.type, a.required, a.default_value.SerializeToString())
+                         for n, a in schema.attributes.items()))
+    return inputs, outputs, attrs
+
+
+# ---------------------------------------------------------------------------- export
+def export_opset(graph_opset: int, ops: set[str]) -> int:
+    """The default-domain opset to write: the graph's, raised to where every used op exists."""
+    version = graph_opset
+    for op in sorted(ops):
+        try:
+            defs.get_schema(op, version, "")
+        except defs.SchemaError:
+            try:
+                first = min(s.since_version for s in defs.get_all_schemas_with_history()
+                            if s.name == op and s.domain == "")
+            except ValueError:
+                continue  # not an ONNX op (the checker will say so)
+            version = max(version, first)
+    return version

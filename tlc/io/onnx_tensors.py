@@ -1,0 +1,242 @@
+"""ONNX tensors and types <-> numpy arrays and tlc types, refusing what tlc cannot hold by name.
+
+tlc holds the element types of ``tlc.ir.types.DTYPES``. Everything else ONNX can express (bfloat16, float8, int4,
+complex, ...) and every non-tensor type (sequence, map, optional, sparse tensor) is refused with an
+``UnsupportedOperatorError`` that names the type and where it occurs, never a ValidationError from deep inside.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.shape_inference
+from onnx import helper, numpy_helper
+
+from ..errors import InvalidModelError, UnsupportedOperatorError
+from ..ir.types import DTYPE_OF_ONNX_CODE, ONNX_TYPE_CODES, TensorType
+
+A = onnx.AttributeProto
+
+
+def element_type_name(code: int) -> str:
+    """ONNX's name of an element type code, lower case ("bfloat16", "float8e4m3fn"); the number if unknown."""
+    try:
+        return onnx.TensorProto.DataType.Name(int(code)).lower()
+    except ValueError:
+        return f"element type {code}"
+
+
+def is_supported_element_type(code: int) -> bool:
+    return int(code) in DTYPE_OF_ONNX_CODE
+
+
+def tensor_to_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """The numpy array of an ONNX tensor whose data is inside the proto (external data must be loaded first)."""
+    if tensor.data_type not in DTYPE_OF_ONNX_CODE:
+        raise UnsupportedOperatorError(f"tensor {tensor.name!r} has element type "
+                                       f"{element_type_name(tensor.data_type)}, which tlc does not support", {})
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        # NOTE: numpy_helper would read the file relative to the working directory; only read_model, which
+        # confines external data to the model's folder, may resolve it.
+        raise InvalidModelError(f"tensor {tensor.name!r} keeps its data in an external file; import the model "
+                                f"from its path (tlc.io.onnx.import_onnx) so the data is read from its folder")
+    array = numpy_helper.to_array(tensor)
+    if array.dtype.kind in "SU" or array.dtype == object:
+        array = np.array([v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()],
+                         dtype=object).reshape(array.shape)
+    return array
+
+
+def sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
+    """Densify a sparse tensor: indices are either linear ([NNZ]) or coordinates ([NNZ, rank])."""
+    values = tensor_to_array(sparse.values)
+    indices = tensor_to_array(sparse.indices).astype(np.int64) if sparse.indices.dims else np.zeros(0, np.int64)
+    dims = tuple(int(d) for d in sparse.dims)
+    dense = np.zeros(dims, dtype=values.dtype)
+    size = int(np.prod(dims, dtype=np.int64))
+    if indices.ndim == 1:
+        if indices.size and (indices.min() < 0 or indices.max() >= size):
+            raise InvalidModelError(f"sparse tensor {sparse.values.name!r}: an index is outside shape {list(dims)}")
+        dense.reshape(-1)[indices] = values.reshape(-1)
+    elif indices.ndim == 2 and indices.shape[1] == len(dims):
+        if indices.size and ((indices < 0).any() or (indices >= np.array(dims)).any()):
+            raise InvalidModelError(f"sparse tensor {sparse.values.name!r}: an index is outside shape {list(dims)}")
+        dense[tuple(indices.T)] = values.reshape(-1)
+    else:
+        raise InvalidModelError(f"sparse tensor {sparse.values.name!r}: indices of shape {list(indices.shape)} "
+                                f"do not fit a tensor of rank {len(dims)}")
+    return dense
+
+
+def array_to_tensor(array: np.ndarray, name: str) -> onnx.TensorProto:
+    if array.dtype == object:
+        return helper.make_tensor(name, onnx.TensorProto.STRING, array.shape, [str(v).encode() for v in array.ravel()])
+    # NOTE: not np.ascontiguousarray, which turns a 0-d array (a scalar) into shape [1]
+    return numpy_helper.from_array(np.require(array, requirements="C"), name)
+
+
+def value_type(value_info: onnx.ValueInfoProto, *, need_dtype: bool) -> TensorType | None:
+    """The tlc type of a declared value; None when the element type is left open and ``need_dtype`` is False."""
+    kind = value_info.type.WhichOneof("value")
+    if kind is None and not need_dtype:
+        return None  # an output declared by name only
+    if kind != "tensor_type":
+        raise UnsupportedOperatorError(f"value {value_info.name!r} is of type {_kind_name(kind)}; tlc supports "
+                                       f"tensors only", {})
+    tt = value_info.type.tensor_type
+    if not tt.elem_type:
+        if need_dtype:
+            raise InvalidModelError(f"graph input {value_info.name!r} declares no element type")
+        return None
+    if not is_supported_element_type(tt.elem_type):
+        raise UnsupportedOperatorError(f"value {value_info.name!r} has element type "
+                                       f"{element_type_name(tt.elem_type)}, which tlc does not support", {})
+    dtype = DTYPE_OF_ONNX_CODE[tt.elem_type]
+    if not tt.HasField("shape"):
+        return TensorType(dtype, None)
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return TensorType(dtype, tuple(dims))
+
+
+def _kind_name(kind: str | None) -> str:
+    """ "sequence_type" -> "sequence" (the non-tensor value kinds of ONNX's TypeProto)."""
+    return (kind or "undefined").removesuffix("_type").replace("_", " ")
+
+
+def value_info_proto(name: str, t: TensorType | None) -> onnx.ValueInfoProto:
+    if t is None:
+        return helper.make_empty_tensor_value_info(name)
+    return helper.make_tensor_value_info(name, ONNX_TYPE_CODES[t.dtype], None if t.shape is None else list(t.shape))
+
+
+# ---------------------------------------------------------------------------- external data
+def load_external_data(model: onnx.ModelProto, base: Path) -> None:
+    """Read every external tensor of ``model`` into the proto; only files inside ``base`` (symlinks resolved)."""
+    base = base.resolve()
+    for tensor in _all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        target = (base / location).resolve()
+        if not location or os.path.isabs(location) or base not in target.parents:
+            raise InvalidModelError(f"tensor {tensor.name!r} refers to external data {location!r} outside the "
+                                    f"model's folder {str(base)!r}; refusing to read it")
+        if not target.is_file():
+            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} not found")
+        try:
+            offset, length = int(info.get("offset", 0)), info.get("length")
+            length = None if length is None else int(length)
+        except ValueError:
+            raise InvalidModelError(f"tensor {tensor.name!r}: bad external data offset/length {info}") from None
+        if offset < 0 or (length is not None and length < 0):
+            raise InvalidModelError(f"tensor {tensor.name!r}: negative external data offset/length {info}")
+        with open(target, "rb") as f:
+            f.seek(offset)
+            data = f.read() if length is None else f.read(length)
+        if length is not None and len(data) != length:
+            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} has {len(data)} "
+                                    f"bytes at offset {offset}, expected {length}")
+        tensor.raw_data = data
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _all_tensors(model: onnx.ModelProto):
+    def in_nodes(nodes):
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.TENSOR:
+                    yield attr.t
+                elif attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+                    yield attr.sparse_tensor.values
+                    yield attr.sparse_tensor.indices
+                elif attr.type == onnx.AttributeProto.GRAPH:
+                    yield from attr.g.initializer
+                    yield from in_nodes(attr.g.node)
+
+    yield from model.graph.initializer
+    yield from in_nodes(model.graph.node)
+    for fn in model.functions:
+        yield from in_nodes(fn.node)
+
+
+# ---------------------------------------------------------------------------- finding unsupported types
+def unsupported_types(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """Every element or value type in ``model`` tlc cannot hold: type name -> the values/tensors that have it.
+
+    Looks at declared inputs, outputs and value_info, at what onnx's shape inference derives for intermediate
+    values (a Cast to bfloat16 in the middle of a graph), at initializers and at tensor attributes.
+    """
+    found: dict[str, list[str]] = {}
+
+    def note(kind: str, where: str) -> None:
+        places = found.setdefault(kind, [])
+        if where not in places:
+            places.append(where)
+
+    for vi in _declared_values(model):
+        kind = vi.type.WhichOneof("value")
+        if kind is None:
+            continue
+        if kind != "tensor_type":
+            note(_kind_name(kind), vi.name)
+        elif vi.type.tensor_type.elem_type and not is_supported_element_type(vi.type.tensor_type.elem_type):
+            note(element_type_name(vi.type.tensor_type.elem_type), vi.name)
+    for tensor, where in _tensors(model):
+        if not is_supported_element_type(tensor.data_type):
+            note(element_type_name(tensor.data_type), where)
+    return found
+
+
+def _declared_values(model: onnx.ModelProto) -> Iterator[onnx.ValueInfoProto]:
+    gp = model.graph
+    yield from gp.input
+    yield from gp.output
+    yield from gp.value_info
+    try:
+        inferred = onnx.shape_inference.infer_shapes(_without_weights(model))
+    except Exception:  # an invalid model: the importer names its defects later, with its own messages
+        return
+    yield from inferred.graph.value_info
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its initializers turned into typed inputs: element types propagate the same, and shape
+    inference does not serialize (or choke on, past 2 GB) the weights."""
+    gp = model.graph
+    graph = helper.make_graph(list(gp.node), gp.name, list(gp.input), list(gp.output), value_info=list(gp.value_info))
+    declared = {vi.name for vi in gp.input}
+    graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                       for t in gp.initializer if t.name not in declared)
+    light = helper.make_model(graph, opset_imports=list(model.opset_import), functions=list(model.functions))
+    light.ir_version = model.ir_version
+    return light
+
+
+def _tensors(model: onnx.ModelProto) -> Iterator[tuple[onnx.TensorProto, str]]:
+    for t in model.graph.initializer:
+        yield t, t.name
+    graphs = [model.graph] + [f for f in model.functions]
+    for g in graphs:
+        for node in g.node:
+            for attr in node.attribute:
+                where = f"attribute {attr.name!r} of node {node.name or node.op_type!r}"
+                if attr.type == A.TENSOR:
+                    yield attr.t, where
+                elif attr.type == A.TENSORS:
+                    for t in attr.tensors:
+                        yield t, where
+                elif attr.type == A.SPARSE_TENSOR:
+                    yield attr.sparse_tensor.values, where
