@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from . import _coefficients as C
-from .bits import bits_f32, bits_f64, float_bits
+from .bits import bits_f32, bits_f64, float_bits, key_value, ordered_key  # noqa: F401  (used by kernels)
 
 _JIT = {"nogil": True, "error_model": "numpy", "fastmath": False, "forceinline": True}
 
@@ -211,3 +211,13 @@ def int_pow(a, b):
         base = base * base
         e = e >> 1
     return result
+
+
+# ---------------------------------------------------------------------------- row reductions
+@njit(nogil=True, error_model="numpy", fastmath={"reassoc", "nsz"}, forceinline=True)
+def acc_add(acc, x):
+    """``acc + x`` that LLVM may reassociate: a sum over a loop vectorizes into several partial sums.
+
+    Only this one addition carries the flag (it keeps it when inlined), so the kernel around it stays strict.
+    """
+    return acc + x

@@ -1,0 +1,15 @@
+"""Code generation for fused groups: a vectorizable math library, Numba CPU kernels and their cache.
+
+The runtime calls ``compile_group(body, kind, input_types)`` for each ``tlc.Fused`` group and gets a
+``Kernel`` it calls with input and output arrays, or a ``CompileError`` saying why the group stays on the
+reference path. Layers: ``plan`` (analysis of a body, target-independent), ``layout`` and ``schedule``
+(iteration space and passes), ``render``/``emit``/``cpu`` (Numba source), ``cache`` (memory and disk),
+``mathlib`` (the functions the source calls).
+"""
+
+from .cache import KernelCache, default_cache_dir
+from .epilogue import epilogue_inputs, split_epilogue
+from .kernel import Kernel, KernelOptions, compile_group
+
+__all__ = ["Kernel", "KernelCache", "KernelOptions", "compile_group", "default_cache_dir", "epilogue_inputs",
+           "split_epilogue"]

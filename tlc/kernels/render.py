@@ -1,0 +1,226 @@
+"""CPU rendering of scalar expressions (``tlc.ops.expr``) into Numba-compilable Python ``ast``.
+
+Typing follows the expression contract: arithmetic happens in the dtype of its first typed operand (the
+node's output dtype when every operand is a constant), other operands and constants are converted to it,
+comparisons give bool. Every primitive result is assigned to its own variable (``t3_0``, ``t3_1`` ...),
+wrapped in its numpy scalar type so that Numba's integer widening and float64 literals never change the
+arithmetic. Transcendentals call ``tlc.kernels.mathlib``; constant integer powers become multiplications.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import CompileError
+from ..ir.types import FLOAT_DTYPES
+from ..ops import expr as E
+from . import emit as M
+from .plan import ScalarOp
+
+FLOAT_ONLY = frozenset({"sqrt", "exp", "log", "tanh", "erf", "sin", "cos"})
+MATHLIB = frozenset({"exp", "log", "tanh", "erf"})
+_SUFFIX = {"float32": "f32", "float64": "f64"}
+
+
+@dataclass
+class Typed:
+    """A rendered operand: an expression, its dtype (None: an untyped constant) and the constant's value."""
+
+    node: ast.expr | None
+    dtype: str | None
+    value: float | int | bool | None = None
+
+
+class ExprRenderer:
+    """Renders the ScalarOps of a plan; ``render(op)`` returns statements that assign ``op.target``."""
+
+    def __init__(self) -> None:
+        self._stmts: list[ast.stmt] = []
+        self._prefix = ""
+        self._count = 0
+
+    def render(self, op: ScalarOp) -> list[ast.stmt]:
+        self._stmts, self._prefix, self._count = [], op.target, 0
+        args = [None if a is None else Typed(M.name(a), d) for a, d in zip(op.args, op.arg_dtypes)]
+        result = self._convert(self._emit(op.expr, args, op.dtype), op.dtype)
+        last = self._stmts[-1] if self._stmts else None
+        if isinstance(result, ast.Name) and isinstance(last, ast.Assign) and last.targets[0].id == result.id:
+            last.targets[0] = M.name(op.target, store=True)  # the final temp is the target itself
+        else:
+            self._stmts.append(M.assign(op.target, result))
+        return self._stmts
+
+    # ------------------------------------------------------------------ helpers
+    def _temp(self, value: ast.expr) -> ast.expr:
+        var = f"{self._prefix}_{self._count}"
+        self._count += 1
+        self._stmts.append(M.assign(var, value))
+        return M.name(var)
+
+    def _convert(self, t: Typed, dtype: str) -> ast.expr:
+        """``t`` as a value of ``dtype`` (constants rendered typed, other dtypes converted)."""
+        if t.dtype is None:
+            return M.number(t.value, dtype)
+        if t.dtype == dtype:
+            return t.node
+        if dtype == "bool":
+            return M.binop(t.node, "!=", M.number(0, t.dtype))
+        return M.call(M.np_type(dtype), t.node)
+
+    def _typed(self, dtype: str, value: ast.expr) -> Typed:
+        """A new temp holding ``value`` converted to ``dtype``."""
+        wrapped = value if dtype == "bool" else M.call(M.np_type(dtype), value)
+        return Typed(self._temp(wrapped), dtype)
+
+    # ------------------------------------------------------------------ the tree walk
+    def _emit(self, e: E.Expr, args: list[Typed | None], out_dtype: str) -> Typed:
+        if e.fn == "arg":
+            if e.value >= len(args) or args[e.value] is None:
+                raise CompileError(f"scalar expression reads missing input {e.value}")
+            return args[e.value]
+        if e.fn == "const":
+            return Typed(None, None, e.value)
+        peephole = self._sigmoid(e, args, out_dtype)
+        if peephole is not None:
+            return peephole
+        ops = [self._emit(a, args, out_dtype) for a in e.args]
+        if e.fn == "cast":
+            src = ops[0]
+            if src.dtype is None:
+                return Typed(None, None, src.value)
+            return Typed(self._temp(self._convert(src, e.value)), e.value)
+        if e.fn in E.COMPARISONS:
+            return self._comparison(e.fn, ops)
+        if e.fn in E.LOGICAL:
+            vals = [self._convert(o, "bool") for o in ops]
+            node = M.not_(vals[0]) if e.fn == "not" else M.binop(vals[0], {"and": "&", "or": "|", "xor": "^"}[e.fn],
+                                                                   vals[1])
+            return Typed(self._temp(node), "bool")
+        if e.fn == "where":
+            dtype = _first_dtype(ops[1:], out_dtype)
+            cond = self._convert(ops[0], "bool")
+            return Typed(self._temp(M.select(cond, self._convert(ops[1], dtype), self._convert(ops[2], dtype))),
+                         dtype)
+        return self._arithmetic(e.fn, ops, _first_dtype(ops, out_dtype))
+
+    def _comparison(self, fn: str, ops: list[Typed]) -> Typed:
+        dtype = _first_dtype(ops, "float64")
+        a = self._convert(ops[0], dtype)
+        if fn == "isnan":
+            node = M.binop(a, "!=", a) if dtype in FLOAT_DTYPES else ast.Constant(False)
+            return Typed(self._temp(node), "bool")
+        sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[fn]
+        return Typed(self._temp(M.binop(a, sym, self._convert(ops[1], dtype))), "bool")
+
+    def _arithmetic(self, fn: str, ops: list[Typed], dtype: str) -> Typed:
+        if dtype == "bool":
+            raise CompileError(f"primitive {fn!r} on bool values is not supported")
+        is_float = dtype in FLOAT_DTYPES
+        if fn in FLOAT_ONLY and not is_float:
+            raise CompileError(f"primitive {fn!r} needs a float operand, got {dtype}")
+        if fn == "pow":
+            return self._pow(ops, dtype)
+        vals = [self._convert(o, dtype) for o in ops]
+        return self._typed(dtype, _RENDER[fn](vals, dtype))
+
+    def _pow(self, ops: list[Typed], dtype: str) -> Typed:
+        base, exponent = self._convert(ops[0], dtype), ops[1]
+        small = _SMALL_POWERS.get(float(exponent.value)) if exponent.dtype is None else None
+        if small is not None and (dtype in FLOAT_DTYPES or float(exponent.value) >= 0):
+            return self._typed(dtype, small(base, dtype))
+        if dtype == "float32":
+            node = M.call("ml.pow_f32", base, self._convert(exponent, dtype))
+        elif dtype == "float64":  # libm pow: exact, but a scalar call
+            node = M.binop(base, "**", self._convert(exponent, dtype))
+        else:
+            node = M.call("ml.int_pow", base, self._convert(exponent, exponent.dtype or dtype))
+        return self._typed(dtype, node)
+
+    def _sigmoid(self, e: E.Expr, args: list[Typed | None], out_dtype: str) -> Typed | None:
+        """1 / (1 + exp(-x)) -> ml.sigmoid: exact for large -x where the quotient form overflows to 0."""
+        if not (e.fn == "div" and _is_const(e.args[0], 1) and e.args[1].fn == "add"
+                and _is_const(e.args[1].args[0], 1) and e.args[1].args[1].fn == "exp"
+                and e.args[1].args[1].args[0].fn == "neg"):
+            return None
+        x = self._emit(e.args[1].args[1].args[0].args[0], args, out_dtype)
+        if x.dtype not in _SUFFIX:
+            return None
+        return Typed(self._temp(M.call(f"ml.sigmoid_{_SUFFIX[x.dtype]}", x.node)), x.dtype)
+
+
+def _is_const(e: E.Expr, value: float) -> bool:
+    return e.fn == "const" and not isinstance(e.value, bool) and float(e.value) == value
+
+
+def _first_dtype(ops: list[Typed], default: str) -> str:
+    for o in ops:
+        if o.dtype is not None:
+            return o.dtype
+    return default if default != "bool" else "float64"
+
+
+def _mathlib(fn: str) -> Callable[[list[ast.expr], str], ast.expr]:
+    return lambda v, d: M.call(f"ml.{fn}_{_SUFFIX[d]}", v[0])
+
+
+def _np(fn: str) -> Callable[[list[ast.expr], str], ast.expr]:
+    return lambda v, d: M.call(f"np.{fn}", v[0])
+
+
+def _int_or_float(int_fn: Callable, float_fn: Callable) -> Callable[[list[ast.expr], str], ast.expr]:
+    return lambda v, d: float_fn(v, d) if d in FLOAT_DTYPES else int_fn(v, d)
+
+
+def _sign(v: list[ast.expr], d: str) -> ast.expr:
+    zero = M.number(0, d)
+    return M.select(M.binop(v[0], ">", zero), M.number(1, d),
+                    M.select(M.binop(v[0], "<", zero), M.number(-1, d), v[0]))
+
+
+_RENDER: dict[str, Callable[[list[ast.expr], str], ast.expr]] = {
+    "add": lambda v, d: M.binop(v[0], "+", v[1]),
+    "sub": lambda v, d: M.binop(v[0], "-", v[1]),
+    "mul": lambda v, d: M.binop(v[0], "*", v[1]),
+    "div": _int_or_float(lambda v, d: M.call("ml.int_div", v[0], v[1]), lambda v, d: M.binop(v[0], "/", v[1])),
+    "max": lambda v, d: M.call("ml.maximum", v[0], v[1]),
+    "min": lambda v, d: M.call("ml.minimum", v[0], v[1]),
+    "mod": lambda v, d: M.binop(v[0], "%", v[1]),
+    "fmod": _int_or_float(lambda v, d: M.call("ml.int_fmod", v[0], v[1]), lambda v, d: M.call("np.fmod", *v)),
+    "neg": lambda v, d: M.neg(v[0]),
+    "abs": lambda v, d: M.call("abs", v[0]),
+    "sqrt": _np("sqrt"),
+    "exp": _mathlib("exp"),
+    "log": _mathlib("log"),
+    "tanh": _mathlib("tanh"),
+    "erf": _mathlib("erf"),
+    "sin": _np("sin"),
+    "cos": _np("cos"),
+    "floor": _int_or_float(lambda v, d: v[0], _np("floor")),
+    "ceil": _int_or_float(lambda v, d: v[0], _np("ceil")),
+    "round": _int_or_float(lambda v, d: v[0], _np("rint")),
+    "sign": _sign,
+}
+
+
+def _mul_chain(x: ast.expr, n: int) -> ast.expr:
+    out = x
+    for _ in range(n - 1):
+        out = M.binop(out, "*", x)
+    return out
+
+
+#: x ** c for constants c where repeated multiplication is exact enough (FACTS: pow dominates otherwise)
+_SMALL_POWERS: dict[float, Callable[[ast.expr, str], ast.expr]] = {
+    0.0: lambda x, d: M.number(1, d),
+    1.0: lambda x, d: x,
+    2.0: lambda x, d: _mul_chain(x, 2),
+    3.0: lambda x, d: _mul_chain(x, 3),
+    4.0: lambda x, d: M.binop(_mul_chain(x, 2), "*", _mul_chain(x, 2)),
+    -1.0: lambda x, d: M.binop(M.number(1, d), "/", x),
+    -2.0: lambda x, d: M.binop(M.number(1, d), "/", _mul_chain(x, 2)),
+}
+
+#: every primitive of tlc.ops.expr this renderer draws (a test checks it covers PRIMITIVES)
+RENDERED = frozenset(_RENDER) | {"pow", "cast", "where", "isnan", "not"} | E.COMPARISONS | E.LOGICAL
