@@ -11,4 +11,3 @@ from tlc.kernels import KernelCache
 def kcache(tmp_path_factory) -> KernelCache:
     """One on-disk cache per test session, so each distinct kernel is compiled once."""
     return KernelCache(tmp_path_factory.mktemp("tlc-kernel-cache"))
-

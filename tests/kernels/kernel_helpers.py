@@ -21,14 +21,15 @@ def random_array(rng: np.random.Generator, shape, dtype: str, scale: float = 2.0
     return np.asarray(rng.standard_normal(shape) * scale).astype(dtype)
 
 
-def check_against_reference(kernel, body: Graph, inputs: list[np.ndarray], outputs=None,
-                            tolerance: tuple[float, float] | None = None) -> list[np.ndarray]:
+def check_against_reference(
+    kernel, body: Graph, inputs: list[np.ndarray], outputs=None, tolerance: tuple[float, float] | None = None
+) -> list[np.ndarray]:
     """Run ``kernel`` (into fresh or given outputs) and the reference executor; compare every output."""
     expected = run_graph(body, [np.asarray(x) for x in inputs])
     if outputs is None:
         outputs = [np.empty(e.shape, e.dtype) for e in expected]
     kernel(inputs, outputs)
-    for got, want in zip(outputs, expected):
+    for got, want in zip(outputs, expected, strict=True):
         assert got.shape == want.shape and got.dtype == want.dtype
         if want.dtype.kind == "f":
             rtol, atol = tolerance or TOLERANCE[want.dtype.name]

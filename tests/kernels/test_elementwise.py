@@ -26,17 +26,19 @@ def affine_tanh(dtype: str, x_shape, b_shape, name: str = "b") -> Graph:
 
 
 PATTERNS = [  # (x shape, b shape, concrete x, concrete b)
-    (("N", 64), (64,), (37, 64), (64,)),                      # row bias
-    (("N", "C", "H"), ("C", 1), (2, 3, 5), (3, 1)),           # per-channel, middle dim
-    ((4, 1, 6), (1, 5, 1), (4, 1, 6), (1, 5, 1)),             # outer product: output [4, 5, 6]
-    (("N", 8), ("N", 8), (9, 8), (9, 8)),                      # same shape: one flat loop
-    ((), (), (), ()),                                          # scalars
-    ((2, 3, 4, 5), (1,), (2, 3, 4, 5), (1,)),                  # rank 4 with a scalar-like input
+    (("N", 64), (64,), (37, 64), (64,)),  # row bias
+    (("N", "C", "H"), ("C", 1), (2, 3, 5), (3, 1)),  # per-channel, middle dim
+    ((4, 1, 6), (1, 5, 1), (4, 1, 6), (1, 5, 1)),  # outer product: output [4, 5, 6]
+    (("N", 8), ("N", 8), (9, 8), (9, 8)),  # same shape: one flat loop
+    ((), (), (), ()),  # scalars
+    ((2, 3, 4, 5), (1,), (2, 3, 4, 5), (1,)),  # rank 4 with a scalar-like input
 ]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: "x".join(map(str, p[2])) + "+" + "x".join(map(str, p[3])))
+@pytest.mark.parametrize(
+    "pattern", PATTERNS, ids=lambda p: "x".join(map(str, p[2])) + "+" + "x".join(map(str, p[3]))
+)
 def test_broadcast_patterns_match_reference(kcache, dtype, pattern):
     x_shape, b_shape, xc, bc = pattern
     body = affine_tanh(dtype, x_shape, b_shape)
@@ -50,20 +52,25 @@ def test_one_kernel_serves_every_size_including_empty_and_single(kcache):
     kernel = compile_for(body, "elementwise", kcache)
     rng = np.random.default_rng(1)
     for n in (0, 1, 3, 200):
-        check_against_reference(kernel, body, [random_array(rng, (n, 64), "float32"),
-                                               random_array(rng, (64,), "float32")])
+        check_against_reference(
+            kernel, body, [random_array(rng, (n, 64), "float32"), random_array(rng, (64,), "float32")]
+        )
     assert len(kernel._variants) == 1  # no recompilation for new sizes
     one = affine_tanh("float32", (1, 1), (1,))
-    check_against_reference(compile_for(one, "elementwise", kcache), one,
-                            [np.array([[0.25]], np.float32), np.array([2.0], np.float32)])
+    check_against_reference(
+        compile_for(one, "elementwise", kcache),
+        one,
+        [np.array([[0.25]], np.float32), np.array([2.0], np.float32)],
+    )
 
 
 def test_symbolic_dim_that_broadcasts_at_run_time_gets_its_own_variant(kcache):
     body = affine_tanh("float32", ("N", 64), ("M", 64))
     kernel = compile_for(body, "elementwise", kcache)
     rng = np.random.default_rng(2)
-    check_against_reference(kernel, body, [random_array(rng, (5, 64), "float32"),
-                                           random_array(rng, (1, 64), "float32")])
+    check_against_reference(
+        kernel, body, [random_array(rng, (5, 64), "float32"), random_array(rng, (1, 64), "float32")]
+    )
     assert len(kernel._variants) == 2
 
 
@@ -71,8 +78,8 @@ def test_non_contiguous_inputs(kcache):
     body = affine_tanh("float32", ("N", 64), (64,))
     kernel = compile_for(body, "elementwise", kcache)
     rng = np.random.default_rng(3)
-    x = random_array(rng, (64, 40), "float32").T             # transposed view
-    b = random_array(rng, (128,), "float32")[::2]            # strided view
+    x = random_array(rng, (64, 40), "float32").T  # transposed view
+    b = random_array(rng, (128,), "float32")[::2]  # strided view
     assert not x.flags.c_contiguous and not b.flags.c_contiguous
     check_against_reference(kernel, body, [x, b])
 
@@ -98,11 +105,17 @@ def test_in_place_output_is_an_input(kcache):
 
 def test_large_input_runs_the_parallel_variant(kcache):
     body = affine_tanh("float32", ("N", 64), (64,))
-    kernel = compile_group(body, "elementwise", [TensorType("float32", ("N", 64)), TensorType("float32", (64,))],
-                           cache=kcache, options=KernelOptions(num_threads=2))
+    kernel = compile_group(
+        body,
+        "elementwise",
+        [TensorType("float32", ("N", 64)), TensorType("float32", (64,))],
+        cache=kcache,
+        options=KernelOptions(num_threads=2),
+    )
     rng = np.random.default_rng(5)
-    check_against_reference(kernel, body, [random_array(rng, (2048, 64), "float32"),
-                                           random_array(rng, (64,), "float32")])
+    check_against_reference(
+        kernel, body, [random_array(rng, (2048, 64), "float32"), random_array(rng, (64,), "float32")]
+    )
     module = next(iter(kernel._variants.values()))
     assert module.kernel_parallel.signatures  # compiled on first use
     ir = "\n".join(module.kernel_parallel.inspect_llvm().values())
@@ -114,8 +127,12 @@ def test_fast_math_option_reaches_the_decorator(kcache):
     kernel = compile_for(body, "elementwise", kcache, options=KernelOptions(fast_math=True, parallel=False))
     assert "fastmath=True" in kernel.source and "fastmath=False" not in kernel.source
     rng = np.random.default_rng(6)
-    check_against_reference(kernel, body, [random_array(rng, (10, 64), "float32"),
-                                           random_array(rng, (64,), "float32")], tolerance=(1e-4, 1e-5))
+    check_against_reference(
+        kernel,
+        body,
+        [random_array(rng, (10, 64), "float32"), random_array(rng, (64,), "float32")],
+        tolerance=(1e-4, 1e-5),
+    )
 
 
 def test_inner_loop_vectorizes(kcache):
@@ -129,9 +146,15 @@ def test_inner_loop_vectorizes(kcache):
 # ---------------------------------------------------------------------------- every op and primitive
 def unary_ops() -> list[str]:
     """Registered elementwise ops with one required input and no input-dependent output dtype."""
-    return [op.name for op in all_ops() if op.is_elementwise and op.domain == "" and op.inputs[0] == 1
-            and op.inputs[1] is not None
-            and op.name not in ("Cast", "Not", "IsNaN", "IsInf")]
+    return [
+        op.name
+        for op in all_ops()
+        if op.is_elementwise
+        and op.domain == ""
+        and op.inputs[0] == 1
+        and op.inputs[1] is not None
+        and op.name not in ("Cast", "Not", "IsNaN", "IsInf")
+    ]
 
 
 def all_ops_body(dtype: str) -> Graph:
@@ -147,7 +170,9 @@ def all_ops_body(dtype: str) -> Graph:
     g.output(g.add_node("Mod", [x, y]), "o_mod")
     g.output(g.add_node("Pow", [x, g.constant(np.array(3, dtype))]), "o_cube")
     g.output(g.add_node("Pow", [x, g.constant(np.array(-2, dtype))]), "o_inverse_square")
-    g.output(g.add_node("Clip", [x, g.constant(np.array(-0.5, dtype)), g.constant(np.array(0.7, dtype))]), "o_clip")
+    g.output(
+        g.add_node("Clip", [x, g.constant(np.array(-0.5, dtype)), g.constant(np.array(0.7, dtype))]), "o_clip"
+    )
     g.output(g.add_node("Gelu", [x], approximate="tanh"), "o_gelu_tanh")
     less = g.add_node("Less", [x, y])
     g.output(g.add_node("Where", [less, x, y]), "o_where")
@@ -236,7 +261,9 @@ def test_model_names_never_reach_the_source(kcache):
     for needle in ("pwned", "__import__", "system", "'''", EVIL[:3]):
         assert needle not in kernel.source
     rng = np.random.default_rng(10)
-    check_against_reference(kernel, g, [random_array(rng, (33,), "float32"), random_array(rng, (1,), "float32")])
+    check_against_reference(
+        kernel, g, [random_array(rng, (33,), "float32"), random_array(rng, (1,), "float32")]
+    )
 
 
 def test_compile_errors_say_why(kcache):
@@ -256,8 +283,12 @@ def test_compile_errors_say_why(kcache):
     with pytest.raises(CompileError, match="ReduceSum"):
         compile_for(g, "elementwise", kcache)
     with pytest.raises(CompileError, match="cuda"):
-        compile_group(affine_tanh("float32", (4,), (4,)), "elementwise",
-                      [TensorType("float32", (4,))] * 2, target="cuda")
+        compile_group(
+            affine_tanh("float32", (4,), (4,)),
+            "elementwise",
+            [TensorType("float32", (4,))] * 2,
+            target="cuda",
+        )
 
 
 def test_call_checks_outputs(kcache):

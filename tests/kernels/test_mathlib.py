@@ -43,10 +43,13 @@ def loop2_of(fn):
     return run
 
 
+# fmt: off
 SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754944e-38, -1.1754944e-38, 3.4028235e38,
             -3.4028235e38, 1.0, -1.0, 0.5, -0.5, 0.625, 0.75, 0.875, 1.0000001, 2.0, 4.0, 9.0, 6.0, 22.0,
             88.72283, 88.7228394, 89.0, -87.33655, -103.97208, -104.0, 709.782712893384, 709.7827128933841,
-            -745.1332191019411, -745.1332191019412, 5e-324, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308]
+            -745.1332191019411, -745.1332191019412, 5e-324, -5e-324, 2.2250738585072014e-308,
+            1.7976931348623157e308]
+# fmt: on
 
 
 @cache
@@ -54,10 +57,10 @@ def sample(dtype) -> np.ndarray:
     """Every 997th float32 bit pattern (all exponents and signs), random values and the special cases."""
     rng = np.random.default_rng(1234)
     if dtype is np.float32:
-        sweep = np.arange(0, 2 ** 32, 997, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        sweep = np.arange(0, 2**32, 997, dtype=np.uint64).astype(np.uint32).view(np.float32)
         wide = rng.standard_normal(200_000).astype(np.float32) * 8
     else:
-        sweep = rng.integers(0, 2 ** 64, size=600_000, dtype=np.uint64).view(np.float64)
+        sweep = rng.integers(0, 2**64, size=600_000, dtype=np.uint64).view(np.float64)
         wide = np.concatenate([rng.standard_normal(200_000) * 8, rng.uniform(-750, 750, 100_000)])
     specials = np.array(SPECIALS, dtype=np.float64)
     with np.errstate(over="ignore"):
@@ -82,7 +85,11 @@ def ulp_errors(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
         rounded = ref.astype(dtype)
         spacing = np.spacing(np.abs(rounded)).astype(ref.dtype)
         err = np.abs(got.astype(ref.dtype) - ref) / spacing
-        same = (np.isnan(got) & np.isnan(ref)) | (np.isinf(got) & (got == rounded)) | (got.astype(ref.dtype) == ref)
+        same = (
+            (np.isnan(got) & np.isnan(ref))
+            | (np.isinf(got) & (got == rounded))
+            | (got.astype(ref.dtype) == ref)
+        )
     err = np.where(same, 0.0, err)
     return np.where(np.isnan(err), np.inf, err)
 
@@ -147,12 +154,38 @@ def test_exp_subnormal_results_and_overflow_threshold():
     with np.errstate(over="ignore"):
         want = np.exp(x.astype(np.float64)).astype(np.float32)  # -100 and -103 give subnormals
     assert ulp_errors(out, np.exp(x.astype(np.float64))).max() <= 1
-    assert np.isfinite(out[3]) and np.isinf(out[4]) and out[0] == want[0] and out[0] < np.finfo(np.float32).tiny
+    assert (
+        np.isfinite(out[3]) and np.isinf(out[4]) and out[0] == want[0] and out[0] < np.finfo(np.float32).tiny
+    )
 
 
 def test_pow_f32_special_cases_match_numpy_and_accuracy():
-    vals = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, np.inf, -np.inf, np.nan, 1e-45,
-                     0.3, 2.5, -2.5, 1e30, 16777216.0, 1e20, -1e20], np.float32)
+    vals = np.array(
+        [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -0.5,
+            2.0,
+            -2.0,
+            3.0,
+            -3.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            1e-45,
+            0.3,
+            2.5,
+            -2.5,
+            1e30,
+            16777216.0,
+            1e20,
+            -1e20,
+        ],
+        np.float32,
+    )
     a, b = (m.ravel() for m in np.meshgrid(vals, vals))
     out = np.empty_like(a)
     run = loop2_of(ml.pow_f32)

@@ -11,5 +11,12 @@ from .cache import KernelCache, default_cache_dir
 from .epilogue import epilogue_inputs, split_epilogue
 from .kernel import Kernel, KernelOptions, compile_group
 
-__all__ = ["Kernel", "KernelCache", "KernelOptions", "compile_group", "default_cache_dir", "epilogue_inputs",
-           "split_epilogue"]
+__all__ = [
+    "Kernel",
+    "KernelCache",
+    "KernelOptions",
+    "compile_group",
+    "default_cache_dir",
+    "epilogue_inputs",
+    "split_epilogue",
+]

@@ -11,8 +11,19 @@ import math
 import re
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_NUMPY_TYPES = {"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                "bool"}
+_NUMPY_TYPES = {
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+}
 
 
 def ident(text: str) -> str:
@@ -64,8 +75,20 @@ def integer(value: int) -> ast.Constant:
     return ast.Constant(int(value))
 
 
-_BINOPS = {"**": ast.Pow, "+": ast.Add, "-": ast.Sub, "*": ast.Mult, "/": ast.Div, "//": ast.FloorDiv, "%": ast.Mod,
-           "&": ast.BitAnd, "|": ast.BitOr, "^": ast.BitXor, "<<": ast.LShift, ">>": ast.RShift}
+_BINOPS = {
+    "**": ast.Pow,
+    "+": ast.Add,
+    "-": ast.Sub,
+    "*": ast.Mult,
+    "/": ast.Div,
+    "//": ast.FloorDiv,
+    "%": ast.Mod,
+    "&": ast.BitAnd,
+    "|": ast.BitOr,
+    "^": ast.BitXor,
+    "<<": ast.LShift,
+    ">>": ast.RShift,
+}
 _COMPARE = {"<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE, "==": ast.Eq, "!=": ast.NotEq}
 
 
@@ -105,8 +128,9 @@ def loop(var: str, start: ast.expr, stop: ast.expr, body: list[ast.stmt], parall
 
 
 def function(fname: str, params: list[str], body: list[ast.stmt], decorator: ast.expr) -> ast.FunctionDef:
-    args = ast.arguments(posonlyargs=[], args=[ast.arg(ident(p)) for p in params], kwonlyargs=[], kw_defaults=[],
-                         defaults=[])
+    args = ast.arguments(
+        posonlyargs=[], args=[ast.arg(ident(p)) for p in params], kwonlyargs=[], kw_defaults=[], defaults=[]
+    )
     return ast.FunctionDef(ident(fname), args, body or [ast.Pass()], [decorator], None, None)
 
 
@@ -125,7 +149,9 @@ def module_source(docstring: str, imports: list[str], body: list[ast.stmt]) -> s
     stmts: list[ast.stmt] = [ast.Expr(ast.Constant(docstring))]
     for line in imports:
         parts = line.split(" as ")
-        alias = ast.alias(".".join(ident(p) for p in parts[0].split(".")), ident(parts[1]) if len(parts) > 1 else None)
+        alias = ast.alias(
+            ".".join(ident(p) for p in parts[0].split(".")), ident(parts[1]) if len(parts) > 1 else None
+        )
         stmts.append(ast.Import([alias]))
     stmts.append(ast.ImportFrom("numba", [ast.alias("njit"), ast.alias("prange")], 0))
     module = ast.Module(stmts + body, [])

@@ -1,8 +1,8 @@
 """Epilogue groups: a contraction (MatMul, Gemm, Conv) followed by elementwise work on its result.
 
 The runtime computes the contraction itself (BLAS, conv) into the output buffer and then applies the rest in
-place with an elementwise kernel. ``split_epilogue`` cuts the body for it: the contraction body reads the body's
-inputs (names kept) and the elementwise body takes the contraction's result as its input 0 (named
+place with an elementwise kernel. ``split_epilogue`` cuts the body for it: the contraction body reads the
+body's inputs (names kept) and the elementwise body takes the contraction's result as its input 0 (named
 ``contraction``), followed by the other body inputs it uses (names kept, original order). ``EpilogueKernel``
 runs a whole epilogue group that way, with the contraction from the op registry's reference implementation.
 """
@@ -31,8 +31,9 @@ def _contraction(body: Graph) -> Node:
     head = ops[0]
     for port, v in enumerate(body.inputs_of(head)):
         if v is not None and body.node(v.node).op not in ("Input", "Constant"):
-            raise CompileError(f"cannot compile epilogue group: input {port} of the contraction is computed "
-                               "inside the group")
+            raise CompileError(
+                f"cannot compile epilogue group: input {port} of the contraction is computed inside the group"
+            )
     return head
 
 
@@ -46,8 +47,10 @@ def epilogue_inputs(body: Graph) -> tuple[list[int], list[int]]:
     used_by_head = {v.node for v in body.inputs_of(head) if v is not None}
     used_by_rest = {v.node for n in body.ops() if n.id != head.id for v in body.inputs_of(n) if v is not None}
     used_by_rest |= {v.node for v, _ in body.outputs}
-    return ([i for nid, i in sorted(index.items(), key=lambda kv: kv[1]) if nid in used_by_head],
-            [i for nid, i in sorted(index.items(), key=lambda kv: kv[1]) if nid in used_by_rest])
+    return (
+        [i for nid, i in sorted(index.items(), key=lambda kv: kv[1]) if nid in used_by_head],
+        [i for nid, i in sorted(index.items(), key=lambda kv: kv[1]) if nid in used_by_rest],
+    )
 
 
 def split_epilogue(body: Graph) -> tuple[Graph, Graph]:
@@ -58,6 +61,9 @@ def split_epilogue(body: Graph) -> tuple[Graph, Graph]:
     mapping: dict[Value, Value] = {}
     for i in head_inputs:
         _copy_input(body, body.inputs[i], contraction, mapping)
+    for v in body.inputs_of(head):
+        if v is not None and v not in mapping:  # a constant operand (e.g. a folded weight)
+            _copy_node(body, body.node(v.node), contraction, mapping)
     result = _copy_node(body, head, contraction, mapping)
     contraction.output(result[0], "contraction")
 
@@ -67,12 +73,19 @@ def split_epilogue(body: Graph) -> tuple[Graph, Graph]:
     for i in rest_inputs:
         _copy_input(body, body.inputs[i], elementwise, rest)
     for node in body.nodes():
-        if node.id == head.id or node.op == "Input":
+        if node.id == head.id or node.op == "Input" or not _used_beyond(body, node, head):
             continue
         _copy_node(body, node, elementwise, rest)
     for value, out_name in body.outputs:
         elementwise.output(rest[value], _free_output_name(elementwise, out_name))
     return contraction, elementwise
+
+
+def _used_beyond(body: Graph, node: Node, head: Node) -> bool:
+    """Whether ``node`` feeds anything besides the contraction (constants used only there stay out)."""
+    return any(
+        body.is_output(v) or any(user.id != head.id for user, _ in body.users(v)) for v in node.outputs
+    )
 
 
 def _type_parts(t: TensorType | None) -> tuple[str, tuple | None]:
@@ -92,7 +105,7 @@ def _copy_node(src: Graph, node: Node, dst: Graph, mapping: dict[Value, Value]) 
         return [mapping[node.output(0)]]
     inputs = [None if v is None else mapping[v] for v in src.inputs_of(node)]
     out = dst.add_node(node.op, inputs, domain=node.domain, num_outputs=node.num_outputs, **node.attrs)
-    outs = list(out) if isinstance(out, tuple) else [out]
+    outs = [out] if isinstance(out, Value) else list(out)
     for port, v in enumerate(outs):
         mapping[node.output(port)] = v
     return outs
@@ -105,20 +118,29 @@ def _free_output_name(g: Graph, name: str) -> str:
 class EpilogueKernel(Kernel):
     """A whole epilogue group: the registry's contraction, then the compiled elementwise rest."""
 
-    def __init__(self, body: Graph, input_types: Sequence[TensorType], options: KernelOptions,
-                 cache: KernelCache, target: str = "cpu"):
+    def __init__(
+        self,
+        body: Graph,
+        input_types: Sequence[TensorType],
+        options: KernelOptions,
+        cache: KernelCache,
+        target: str = "cpu",
+    ):
         typed = body_with_input_types(body, list(input_types))
         self._head = _contraction(typed)
         _, self._rest_inputs = epilogue_inputs(typed)
         position = {n.id: i for i, n in enumerate(typed.inputs)}
         # per contraction input port: a body input position, a constant array, or None (absent)
         self._head_args: list[int | np.ndarray | None] = [
-            None if v is None else position.get(v.node, typed.const_value(v)) for v in typed.inputs_of(self._head)]
+            None if v is None else position.get(v.node, typed.const_value(v))
+            for v in typed.inputs_of(self._head)
+        ]
         contraction, rest = split_epilogue(typed)
         self._opdef = opdef_of(self._head)
         rest_types = [n.output_types[0] for n in rest.inputs]
-        super().__init__(build_plan(body_with_input_types(rest, rest_types), "elementwise"), options, cache,
-                         target)
+        super().__init__(
+            build_plan(body_with_input_types(rest, rest_types), "elementwise"), options, cache, target
+        )
         self.kind = "epilogue"
         self.contraction_body = contraction
 

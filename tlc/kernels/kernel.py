@@ -32,9 +32,9 @@ PARALLEL_MIN_ELEMENTS = 1 << 16  # below this, thread start-up costs more than i
 
 @dataclass(frozen=True)
 class KernelOptions:
-    fast_math: bool = False          # LLVM fast-math flags on the kernel (mathlib keeps its own strict flags)
-    parallel: bool = True            # allow the prange variant for large inputs
-    num_threads: int | None = None   # threads for the parallel variant (default: Numba's)
+    fast_math: bool = False  # LLVM fast-math flags on the kernel (mathlib keeps its own strict flags)
+    parallel: bool = True  # allow the prange variant for large inputs
+    num_threads: int | None = None  # threads for the parallel variant (default: Numba's)
 
 
 class Kernel:
@@ -51,7 +51,9 @@ class Kernel:
         full = plan.full_shape
         self.layout = make_layout(full, [op.shape for op in plan.operands], row=plan.kind == "reduction")
         start = time.perf_counter()
-        module, self.cache_hit = self._compile(Variant(self.layout, options.fast_math, (-1,) * len(plan.outputs)))
+        module, self.cache_hit = self._compile(
+            Variant(self.layout, options.fast_math, (-1,) * len(plan.outputs))
+        )
         self.compile_seconds = time.perf_counter() - start
         self.source: str = module.__tlc_source__
         self.name = f"{self.kind}_{module.__tlc_key__[:12]}"
@@ -69,12 +71,15 @@ class Kernel:
                 hit = hit or bool(sum(fn.stats.cache_hits.values()))
                 break
             except NumbaError as exc:
-                raise CompileError(f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: "
-                                   f"{type(exc).__name__}: {exc}") from exc
+                raise CompileError(
+                    f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: {type(exc).__name__}: {exc}"
+                ) from exc
             except Exception as exc:  # a damaged Numba cache entry: rebuild it once, then give up
                 if attempt:
-                    raise CompileError(f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: "
-                                       f"{type(exc).__name__}: {exc}") from exc
+                    raise CompileError(
+                        f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
                 self._cache.purge(key)
         module.__tlc_source__ = source
         module.__tlc_key__ = key
@@ -83,10 +88,14 @@ class Kernel:
 
     def _signature(self, variant: Variant) -> tuple:
         arrays = [op.dtype for op in self.plan.operands]
-        arrays += [o.dtype for m, o in enumerate(self.plan.outputs)
-                   if not (m < len(variant.alias) and variant.alias[m] >= 0)]
+        arrays += [
+            o.dtype
+            for m, o in enumerate(self.plan.outputs)
+            if not (m < len(variant.alias) and variant.alias[m] >= 0)
+        ]
         return (numba.types.Array(numba.types.int64, 1, "C"),) + tuple(
-            numba.types.Array(numba.from_dtype(np.dtype(d)), 1, "C") for d in arrays)
+            numba.types.Array(numba.from_dtype(np.dtype(d)), 1, "C") for d in arrays
+        )
 
     def _module(self, variant: Variant):
         module = self._variants.get(variant)
@@ -99,10 +108,12 @@ class Kernel:
     def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         plan = self.plan
         if len(inputs) + len(plan.constants) != len(plan.operands) or len(outputs) != len(plan.outputs):
-            raise ShapeMismatchError(f"kernel {self.name} takes {len(plan.operands) - len(plan.constants)} inputs "
-                                     f"and {len(plan.outputs)} outputs, got {len(inputs)} and {len(outputs)}")
+            raise ShapeMismatchError(
+                f"kernel {self.name} takes {len(plan.operands) - len(plan.constants)} inputs "
+                f"and {len(plan.outputs)} outputs, got {len(inputs)} and {len(outputs)}"
+            )
         arrays = [np.asarray(x) for x in inputs] + [plan.constants[i] for i in sorted(plan.constants)]
-        for i, (a, op) in enumerate(zip(arrays, plan.operands)):
+        for i, (a, op) in enumerate(zip(arrays, plan.operands, strict=True)):
             if a.dtype != np.dtype(op.dtype):
                 raise DTypeMismatchError(f"kernel {self.name}: input {i} is {a.dtype}, expected {op.dtype}")
         try:
@@ -138,25 +149,36 @@ class Kernel:
 
     def _check_outputs(self, outputs: Sequence[np.ndarray], full: tuple[int, ...]) -> None:
         reduced = full[:-1] + (1,) if full else full
-        for m, (o, spec) in enumerate(zip(outputs, self.plan.outputs)):
+        for m, (o, spec) in enumerate(zip(outputs, self.plan.outputs, strict=True)):
             if not isinstance(o, np.ndarray) or not o.flags.c_contiguous or not o.flags.writeable:
-                raise ShapeMismatchError(f"kernel {self.name}: output {m} must be a writeable C-contiguous array")
+                raise ShapeMismatchError(
+                    f"kernel {self.name}: output {m} must be a writeable C-contiguous array"
+                )
             if o.dtype != np.dtype(spec.dtype):
-                raise DTypeMismatchError(f"kernel {self.name}: output {m} is {o.dtype}, expected {spec.dtype}")
-            ok = o.shape == full or (self.kind == "reduction" and o.shape == reduced and spec.shape[-1:] == (1,))
+                raise DTypeMismatchError(
+                    f"kernel {self.name}: output {m} is {o.dtype}, expected {spec.dtype}"
+                )
+            ok = o.shape == full or (
+                self.kind == "reduction" and o.shape == reduced and spec.shape[-1:] == (1,)
+            )
             if not ok:
-                raise ShapeMismatchError(f"kernel {self.name}: output {m} has shape {o.shape}, expected {full}"
-                                         + (f" or {reduced}" if self.kind == "reduction" else ""))
+                raise ShapeMismatchError(
+                    f"kernel {self.name}: output {m} has shape {o.shape}, expected {full}"
+                    + (f" or {reduced}" if self.kind == "reduction" else "")
+                )
 
-    def _layout_for(self, full: tuple[int, ...], shapes: list[tuple[int, ...]]) -> tuple[Layout, tuple[int, ...]]:
+    def _layout_for(
+        self, full: tuple[int, ...], shapes: list[tuple[int, ...]]
+    ) -> tuple[Layout, tuple[int, ...]]:
         dims = self.layout.dims(full, shapes)
         if dims is not None:
             return self.layout, dims
         layout = concrete_layout(full, shapes, row=self.kind == "reduction")
         return layout, layout.dims(full, shapes)
 
-    def _aliasing(self, arrays: list[np.ndarray], outputs: Sequence[np.ndarray],
-                  layout: Layout) -> tuple[tuple[int, ...], list[np.ndarray]]:
+    def _aliasing(
+        self, arrays: list[np.ndarray], outputs: Sequence[np.ndarray], layout: Layout
+    ) -> tuple[tuple[int, ...], list[np.ndarray]]:
         """Which outputs are inputs (in-place); inputs that merely overlap an output are copied first."""
         alias = [-1] * len(outputs)
         arrays = list(arrays)
@@ -164,9 +186,16 @@ class Kernel:
             for k, a in enumerate(arrays):
                 if not np.may_share_memory(a, o):
                     continue
-                same = (self.kind == "elementwise" and a.shape == o.shape and a.dtype == o.dtype
-                        and a.flags.c_contiguous and a.ctypes.data == o.ctypes.data and all(layout.flags[k])
-                        and alias[m] < 0 and k not in alias)
+                same = (
+                    self.kind == "elementwise"
+                    and a.shape == o.shape
+                    and a.dtype == o.dtype
+                    and a.flags.c_contiguous
+                    and a.ctypes.data == o.ctypes.data
+                    and all(layout.flags[k])
+                    and alias[m] < 0
+                    and k not in alias
+                )
                 if same:
                     alias[m] = k
                 else:
@@ -174,14 +203,23 @@ class Kernel:
         return tuple(alias), arrays
 
 
-def compile_group(body: Graph, kind: str, input_types: Sequence[TensorType], *, target: str = "cpu",
-                  options: KernelOptions | None = None, cache: KernelCache | None = None) -> Kernel:
+def compile_group(
+    body: Graph,
+    kind: str,
+    input_types: Sequence[TensorType],
+    *,
+    target: str = "cpu",
+    options: KernelOptions | None = None,
+    cache: KernelCache | None = None,
+) -> Kernel:
     """Compile a ``tlc.Fused`` group's body for ``input_types`` (CompileError with a reason if it cannot)."""
     options = options or KernelOptions()
     if target != "cpu":
         raise CompileError(f"target {target!r} is not supported by compile_group (supported: 'cpu')")
     if len(input_types) != len(body.inputs):
-        raise CompileError(f"the body has {len(body.inputs)} inputs but {len(input_types)} input types were given")
+        raise CompileError(
+            f"the body has {len(body.inputs)} inputs but {len(input_types)} input types were given"
+        )
     cache = cache or default_cache()
     if kind == "epilogue":
         from .epilogue import EpilogueKernel

@@ -52,17 +52,18 @@ def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int
     bits = bits_f32 if F is np.float32 else bits_f64
     width = 32 if F is np.float32 else 64
     sign_bit, abs_mask = Int(-(2 ** (width - 1))), Int(2 ** (width - 1) - 1)
-    exp_mask, mant_mask, one_bits = Int(2 ** (width - 1 - mant) - 1), Int(2 ** mant - 1), Int(bias << mant)
+    exp_mask, mant_mask, one_bits = Int(2 ** (width - 1 - mant) - 1), Int(2**mant - 1), Int(bias << mant)
     one, two, half, zero = F(1), F(2), F(0.5), F(0)
     inf, nan = F(np.inf), F(np.nan)
     log2e, ln2_hi, ln2_lo = F(1.4426950408889634), F(limits["ln2_hi"]), F(limits["ln2_lo"])
     exp_lo, exp_hi = F(limits["exp_lo"]), F(limits["exp_hi"])
-    min_normal, subnormal_scale = F(np.finfo(F).tiny), F(2.0 ** mant)
+    min_normal, subnormal_scale = F(np.finfo(F).tiny), F(2.0**mant)
     sqrt2 = F(1.4142135623730951)
     exp_tail = tuple(F(1 / math.factorial(n)) for n in range(2, exp_terms + 1))
     log_series = tuple(F(2 / (2 * n + 1)) for n in range(1, log_terms + 1))
-    erf_small, erf_mid, erf_tail, tanh_small = (_piece(F, pieces[k]) for k in ("erf_small", "erf_mid",
-                                                                               "erf_tail", "tanh_small"))
+    erf_small, erf_mid, erf_tail, tanh_small = (
+        _piece(F, pieces[k]) for k in ("erf_small", "erf_mid", "erf_tail", "tanh_small")
+    )
     erf_one = F(1 / pieces["erf_tail"][0])  # |x| beyond which erf rounds to +-1
     tanh_split, erf_split_lo, erf_split_hi = F(0.875), F(1.0), F(2.0)
 
@@ -131,6 +132,7 @@ def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int
     return SimpleNamespace(exp=exp, log=log, tanh=tanh, erf=erf, sigmoid=sigmoid)
 
 
+# fmt: off
 _F32 = _build(np.float32, np.int32, 23, {
     "erf_small": C.ERF_SMALL_F32, "erf_mid": C.ERF_MID_F32, "erf_tail": C.ERF_TAIL_F32,
     "tanh_small": C.TANH_SMALL_F32}, exp_terms=7, log_terms=5,
@@ -140,6 +142,7 @@ _F64 = _build(np.float64, np.int64, 52, {
     "tanh_small": C.TANH_SMALL_F64}, exp_terms=13, log_terms=11,
     limits={"ln2_hi": 0.6931471803691238, "ln2_lo": 1.9082149292705877e-10, "exp_lo": -746.0,
             "exp_hi": 710.0})
+# fmt: on
 
 #: ulp bounds the tests hold each function to (same for float32 and float64)
 ERROR_BOUNDS_ULP = {"exp": 1.5, "log": 1.0, "tanh": 1.5, "erf": 1.5, "sigmoid": 2.5, "pow": 1.0}

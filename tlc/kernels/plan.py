@@ -20,8 +20,9 @@ from ..ops import lookup
 from ..ops.infer import broadcast_shapes
 
 #: dtypes generated kernels compute in (float16 and strings go to the reference path)
-SUPPORTED_DTYPES = frozenset({"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                              "uint32", "uint64", "bool"})
+SUPPORTED_DTYPES = frozenset(
+    {"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool"}
+)
 KINDS = ("elementwise", "reduction")
 
 
@@ -60,12 +61,12 @@ class KernelPlan:
     operands: list[Operand]
     outputs: list[Operand]
     full_shape: Shape
-    loads: list[tuple[str, int]] = field(default_factory=list)        # (variable, operand index)
+    loads: list[tuple[str, int]] = field(default_factory=list)  # (variable, operand index)
     steps: list[ScalarOp | Reduce] = field(default_factory=list)
-    stores: list[tuple[int, str]] = field(default_factory=list)       # (output index, variable)
-    constants: dict[int, np.ndarray] = field(default_factory=dict)    # operand index -> hoisted array
-    row_length: set[str] = field(default_factory=set)                 # dtypes of the row-length variable
-    dtypes: dict[str, str] = field(default_factory=dict)              # variable -> dtype
+    stores: list[tuple[int, str]] = field(default_factory=list)  # (output index, variable)
+    constants: dict[int, np.ndarray] = field(default_factory=dict)  # operand index -> hoisted array
+    row_length: set[str] = field(default_factory=set)  # dtypes of the row-length variable
+    dtypes: dict[str, str] = field(default_factory=dict)  # variable -> dtype
 
     def uses(self) -> set[str]:
         """Variables some store or step reads."""
@@ -89,6 +90,7 @@ class PlanBuilder:
         self.plan = KernelPlan(kind, [], [], ())
         self.var_of: dict[Value, str] = {}
         self._count = 0
+        self._seen: dict[tuple, str] = {}  # structural key of a step -> its variable (CSE within the group)
 
     def new_var(self, dtype: str) -> str:
         name = f"t{self._count}"
@@ -97,16 +99,20 @@ class PlanBuilder:
         return name
 
     def add_op(self, expr: E.Expr, args: list[str | None], dtype: str) -> str:
-        target = self.new_var(dtype)
-        arg_dtypes = tuple(None if a is None else self.plan.dtypes[a] for a in args)
-        self.plan.steps.append(ScalarOp(target, expr, tuple(args), arg_dtypes, dtype))
-        return target
+        key = ("op", repr(expr), tuple(args), dtype)
+        if key not in self._seen:
+            target = self._seen[key] = self.new_var(dtype)
+            arg_dtypes = tuple(None if a is None else self.plan.dtypes[a] for a in args)
+            self.plan.steps.append(ScalarOp(target, expr, tuple(args), arg_dtypes, dtype))
+        return self._seen[key]
 
     def add_reduce(self, source: str, op: str) -> str:
-        dtype = self.plan.dtypes[source]
-        target = self.new_var(dtype)
-        self.plan.steps.append(Reduce(target, source, op, dtype))
-        return target
+        key = ("reduce", source, op)
+        if key not in self._seen:
+            dtype = self.plan.dtypes[source]
+            target = self._seen[key] = self.new_var(dtype)
+            self.plan.steps.append(Reduce(target, source, op, dtype))
+        return self._seen[key]
 
     def row_length(self, dtype: str) -> str:
         self.plan.row_length.add(dtype)
@@ -122,8 +128,11 @@ class PlanBuilder:
         if t is None or t.shape is None:
             self.fail(self.body.node(value.node), "a value has no known rank")
         if t.dtype not in SUPPORTED_DTYPES:
-            self.fail(self.body.node(value.node), f"dtype {t.dtype} is not supported by generated kernels "
-                                                  f"(supported: {', '.join(sorted(SUPPORTED_DTYPES))})")
+            self.fail(
+                self.body.node(value.node),
+                f"dtype {t.dtype} is not supported by generated kernels "
+                f"(supported: {', '.join(sorted(SUPPORTED_DTYPES))})",
+            )
         return t
 
 
@@ -236,15 +245,20 @@ def _check_output_shape(b: PlanBuilder, shape: Shape, node: Node) -> None:
     full = b.plan.full_shape
     if len(shape) == len(full) and _dims_match(shape, full):
         return
-    if b.kind == "reduction" and len(shape) == len(full) and full and shape[-1] == 1 \
-            and _dims_match(shape[:-1], full[:-1]):
+    if (
+        b.kind == "reduction"
+        and len(shape) == len(full)
+        and full
+        and shape[-1] == 1
+        and _dims_match(shape[:-1], full[:-1])
+    ):
         return
     expected = "the full shape" + (" or the row-reduced shape" if b.kind == "reduction" else "")
     b.fail(node, f"an output has shape {list(shape)}; expected {expected} {list(full)}")
 
 
 def _dims_match(a: Shape, b: Shape) -> bool:
-    return all(x == y or x is None or y is None for x, y in zip(a, b))
+    return all(x == y or x is None or y is None for x, y in zip(a, b, strict=True))
 
 
 def _drop_unused(plan: KernelPlan) -> None:

@@ -43,7 +43,8 @@ class ExprRenderer:
 
     def render(self, op: ScalarOp) -> list[ast.stmt]:
         self._stmts, self._prefix, self._count = [], op.target, 0
-        args = [None if a is None else Typed(M.name(a), d) for a, d in zip(op.args, op.arg_dtypes)]
+        pairs = zip(op.args, op.arg_dtypes, strict=True)
+        args = [None if a is None else Typed(M.name(a), d) for a, d in pairs]
         result = self._convert(self._emit(op.expr, args, op.dtype), op.dtype)
         last = self._stmts[-1] if self._stmts else None
         if isinstance(result, ast.Name) and isinstance(last, ast.Assign) and last.targets[0].id == result.id:
@@ -95,14 +96,18 @@ class ExprRenderer:
             return self._comparison(e.fn, ops)
         if e.fn in E.LOGICAL:
             vals = [self._convert(o, "bool") for o in ops]
-            node = M.not_(vals[0]) if e.fn == "not" else M.binop(vals[0], {"and": "&", "or": "|", "xor": "^"}[e.fn],
-                                                                   vals[1])
+            node = (
+                M.not_(vals[0])
+                if e.fn == "not"
+                else M.binop(vals[0], {"and": "&", "or": "|", "xor": "^"}[e.fn], vals[1])
+            )
             return Typed(self._temp(node), "bool")
         if e.fn == "where":
             dtype = _first_dtype(ops[1:], out_dtype)
             cond = self._convert(ops[0], "bool")
-            return Typed(self._temp(M.select(cond, self._convert(ops[1], dtype), self._convert(ops[2], dtype))),
-                         dtype)
+            return Typed(
+                self._temp(M.select(cond, self._convert(ops[1], dtype), self._convert(ops[2], dtype))), dtype
+            )
         return self._arithmetic(e.fn, ops, _first_dtype(ops, out_dtype))
 
     def _comparison(self, fn: str, ops: list[Typed]) -> Typed:
@@ -140,9 +145,14 @@ class ExprRenderer:
 
     def _sigmoid(self, e: E.Expr, args: list[Typed | None], out_dtype: str) -> Typed | None:
         """1 / (1 + exp(-x)) -> ml.sigmoid: exact for large -x where the quotient form overflows to 0."""
-        if not (e.fn == "div" and _is_const(e.args[0], 1) and e.args[1].fn == "add"
-                and _is_const(e.args[1].args[0], 1) and e.args[1].args[1].fn == "exp"
-                and e.args[1].args[1].args[0].fn == "neg"):
+        if not (
+            e.fn == "div"
+            and _is_const(e.args[0], 1)
+            and e.args[1].fn == "add"
+            and _is_const(e.args[1].args[0], 1)
+            and e.args[1].args[1].fn == "exp"
+            and e.args[1].args[1].args[0].fn == "neg"
+        ):
             return None
         x = self._emit(e.args[1].args[1].args[0].args[0], args, out_dtype)
         if x.dtype not in _SUFFIX:
@@ -175,15 +185,18 @@ def _int_or_float(int_fn: Callable, float_fn: Callable) -> Callable[[list[ast.ex
 
 def _sign(v: list[ast.expr], d: str) -> ast.expr:
     zero = M.number(0, d)
-    return M.select(M.binop(v[0], ">", zero), M.number(1, d),
-                    M.select(M.binop(v[0], "<", zero), M.number(-1, d), v[0]))
+    return M.select(
+        M.binop(v[0], ">", zero), M.number(1, d), M.select(M.binop(v[0], "<", zero), M.number(-1, d), v[0])
+    )
 
 
 _RENDER: dict[str, Callable[[list[ast.expr], str], ast.expr]] = {
     "add": lambda v, d: M.binop(v[0], "+", v[1]),
     "sub": lambda v, d: M.binop(v[0], "-", v[1]),
     "mul": lambda v, d: M.binop(v[0], "*", v[1]),
-    "div": _int_or_float(lambda v, d: M.call("ml.int_div", v[0], v[1]), lambda v, d: M.binop(v[0], "/", v[1])),
+    "div": _int_or_float(
+        lambda v, d: M.call("ml.int_div", v[0], v[1]), lambda v, d: M.binop(v[0], "/", v[1])
+    ),
     "max": lambda v, d: M.call("ml.maximum", v[0], v[1]),
     "min": lambda v, d: M.call("ml.minimum", v[0], v[1]),
     "mod": lambda v, d: M.binop(v[0], "%", v[1]),

@@ -23,7 +23,9 @@ def expand_row_op(b: PlanBuilder, node: Node, opdef) -> list[str]:
     """Append the row form of ``node`` to the plan; returns the variable of each output."""
     recipe = _RECIPES.get((node.domain, node.op))
     if recipe is None:
-        b.fail(node, "no row form for this op (supported: " + ", ".join(sorted(op for _, op in _RECIPES)) + ")")
+        b.fail(
+            node, "no row form for this op (supported: " + ", ".join(sorted(op for _, op in _RECIPES)) + ")"
+        )
     return recipe(b, node, opdef.resolved_attrs(node))
 
 
@@ -42,8 +44,11 @@ def _data(b: PlanBuilder, node: Node, float_only: bool) -> tuple[str, str, int]:
 
 def _check_last_axis(b: PlanBuilder, node: Node, axes: list[int], rank: int) -> None:
     if sorted({a % rank for a in axes}) != [rank - 1]:
-        b.fail(node, f"reduces axes {axes}; only the last axis ({rank - 1} or -1) of a rank-{rank} input is "
-                     "supported in a row kernel")
+        b.fail(
+            node,
+            f"reduces axes {axes}; only the last axis ({rank - 1} or -1) of a rank-{rank} input is "
+            "supported in a row kernel",
+        )
 
 
 def _reduce_axes(b: PlanBuilder, node: Node, attrs: dict, rank: int) -> None:
@@ -62,8 +67,13 @@ def _reduce_axes(b: PlanBuilder, node: Node, attrs: dict, rank: int) -> None:
         b.fail(node, "keepdims=0; row kernels keep the reduced axis (keepdims=1)")
 
 
-def _reduction(accumulate: str, *, square: bool = False, post: Callable[[E.Expr, E.Expr], E.Expr] | None = None,
-               float_only: bool = False):
+def _reduction(
+    accumulate: str,
+    *,
+    square: bool = False,
+    post: Callable[[E.Expr, E.Expr], E.Expr] | None = None,
+    float_only: bool = False,
+):
     """ReduceSum/Max/Min/Mean/SumSquare/L2 over the last axis: optional square, accumulate, optional post."""
 
     def recipe(b: PlanBuilder, node: Node, attrs: dict) -> list[str]:

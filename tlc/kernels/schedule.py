@@ -3,9 +3,9 @@
 In a row kernel every variable is either per element of the row or per row (a reduction result, an input
 broadcast along the row, a constant). A per-element value can be computed in pass ``p`` once the per-row
 values it needs exist; a reduction accumulated in pass ``p`` is ready for pass ``p + 1``. So a decomposed
-layer norm takes three passes (sum x | sum (x - mean)^2 | write), a softmax three (max | sum exp, kept | divide).
-A per-element value needed by a later pass is reloaded when it is an input and otherwise kept in a per-task
-scratch row ("materialized"), so no transcendental is computed twice.
+layer norm takes three passes (sum x | sum (x - mean)^2 | write), a softmax three (max | sum exp, kept |
+divide). A per-element value needed by a later pass is reloaded when it is an input and otherwise kept in a
+per-task scratch row ("materialized"), so no transcendental is computed twice.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from .plan import KernelPlan, Reduce, ScalarOp
 @dataclass
 class RowSchedule:
     npasses: int
-    element_pass: dict[str, int] = field(default_factory=dict)   # per-element variable -> its pass
-    ready: dict[str, int] = field(default_factory=dict)          # per-row variable -> first pass that sees it
-    materialized: set[str] = field(default_factory=set)          # per-element variables kept in scratch rows
-    computed: list[set[str]] = field(default_factory=list)       # per pass: per-element variables computed
-    reloaded: list[set[str]] = field(default_factory=list)       # per pass: materialized variables read back
+    element_pass: dict[str, int] = field(default_factory=dict)  # per-element variable -> its pass
+    ready: dict[str, int] = field(default_factory=dict)  # per-row variable -> first pass that sees it
+    materialized: set[str] = field(default_factory=set)  # per-element variables kept in scratch rows
+    computed: list[set[str]] = field(default_factory=list)  # per pass: per-element variables computed
+    reloaded: list[set[str]] = field(default_factory=list)  # per pass: materialized variables read back
 
     def is_element(self, var: str) -> bool:
         return var in self.element_pass
@@ -45,8 +45,10 @@ def schedule_rows(plan: KernelPlan, layout: Layout) -> RowSchedule:
     for step in plan.steps:
         if isinstance(step, Reduce):
             if step.source not in s.element_pass:
-                raise CompileError("cannot compile reduction group: a reduction reads a value that is "
-                                   "broadcast along the row")
+                raise CompileError(
+                    "cannot compile reduction group: a reduction reads a value that is "
+                    "broadcast along the row"
+                )
             s.ready[step.target] = s.element_pass[step.source] + 1
             last = max(last, s.element_pass[step.source])
             continue
