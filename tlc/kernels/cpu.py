@@ -62,6 +62,13 @@ def render_module(plan: KernelPlan, variant: Variant) -> str:
     return M.module_source(doc, ["math", "numpy as np", "tlc.kernels.mathlib as ml"], functions)
 
 
+def _at(index: ast.expr) -> ast.expr:
+    """An array index Numba takes as unsigned, so it emits no negative-index wraparound: that select hides the
+    address from LLVM's dependence analysis, and an in-place loop (load and store on one array) stays scalar.
+    """
+    return M.call("np.uint64", index)
+
+
 def _alias(variant: Variant, m: int) -> int:
     return variant.alias[m] if m < len(variant.alias) else -1
 
@@ -160,13 +167,16 @@ def _elementwise_body(plan: KernelPlan, variant: Variant, parallel: bool) -> lis
     element: list[ast.stmt] = []
     for var, k in plan.loads:
         if layout.flags[k][inner]:
-            element.append(M.assign(var, M.index(f"in{k}", M.binop(M.name(f"b{k}"), "+", M.name("j")))))
+            element.append(M.assign(var, M.index(f"in{k}", _at(M.binop(M.name(f"b{k}"), "+", M.name("j"))))))
         else:
-            task.append(M.assign(var, M.index(f"in{k}", M.name(f"b{k}"))))
+            task.append(M.assign(var, M.index(f"in{k}", _at(M.name(f"b{k}")))))
     element += _ops(plan)
     for m, var in plan.stores:
-        at = M.binop(M.name("bo"), "+", M.name("j"))
-        element.append(M.store(_out_array(variant, m), at, M.name(var)))
+        # NOTE: an in-place output is indexed exactly like its input (same base variable), so LLVM sees the
+        # load and the store at one address and vectorizes without a dependence check
+        base = f"b{_alias(variant, m)}" if _alias(variant, m) >= 0 else "bo"
+        at = M.binop(M.name(base), "+", M.name("j"))
+        element.append(M.store(_out_array(variant, m), _at(at), M.name(var)))
     task.append(M.loop("j", M.name("lo"), M.name("hi"), element))
     stmts.append(M.loop("task", M.integer(0), M.name("ntasks"), task, parallel))
     return stmts
@@ -208,7 +218,9 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
     task.append(M.assign("r1", M.call("min", M.binop(M.name("r0"), "+", M.name("per")), M.name("rows"))))
     row = _split_index("r", layout, outer) + _bases(layout, outer)
     row += [
-        M.assign(var, M.index(f"in{k}", M.name(f"b{k}"))) for var, k in plan.loads if not layout.flags[k][-1]
+        M.assign(var, M.index(f"in{k}", _at(M.name(f"b{k}"))))
+        for var, k in plan.loads
+        if not layout.flags[k][-1]
     ]
     scalar_steps = [s for s in plan.steps if isinstance(s, ScalarOp) and s.target in sched.ready]
     for p in range(sched.npasses + 1):
@@ -217,7 +229,7 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
             row += _row_pass(plan, variant, sched, p, length)
     for m, var in plan.stores:
         if not sched.is_element(var):
-            row.append(M.store(_out_array(variant, m), M.name("r"), M.name(var)))
+            row.append(M.store(_out_array(variant, m), _at(M.name("r")), M.name(var)))
     task.append(M.loop("r", M.name("r0"), M.name("r1"), row))
     stmts.append(M.loop("task", M.integer(0), M.name("ntasks"), task, parallel))
     return stmts
@@ -230,11 +242,11 @@ def _row_pass(plan: KernelPlan, variant: Variant, sched: RowSchedule, p: int, le
     body: list[ast.stmt] = []
     for var, k in plan.loads:
         if var in sched.computed[p] and layout_full_last(variant, k):
-            body.append(M.assign(var, M.index(f"in{k}", M.binop(M.name(f"b{k}"), "+", j))))
-    body += [M.assign(v, M.index(f"sc_{v}", j)) for v in sorted(sched.reloaded[p])]
+            body.append(M.assign(var, M.index(f"in{k}", _at(M.binop(M.name(f"b{k}"), "+", j)))))
+    body += [M.assign(v, M.index(f"sc_{v}", _at(j))) for v in sorted(sched.reloaded[p])]
     body += _ops(plan, sched.computed[p])
     body += [
-        M.store(f"sc_{v}", j, M.name(v))
+        M.store(f"sc_{v}", _at(j), M.name(v))
         for v in sorted(sched.materialized)
         if sched.element_pass[v] == p and v in sched.computed[p]
     ]
@@ -245,7 +257,7 @@ def _row_pass(plan: KernelPlan, variant: Variant, sched: RowSchedule, p: int, le
             body.append(
                 M.store(
                     _out_array(variant, m),
-                    M.binop(M.binop(M.name("r"), "*", M.name(length)), "+", j),
+                    _at(M.binop(M.binop(M.name("r"), "*", M.name(length)), "+", j)),
                     M.name(var),
                 )
             )

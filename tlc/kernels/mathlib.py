@@ -27,7 +27,7 @@ from numba import njit
 from . import _coefficients as C
 from .bits import bits_f32, bits_f64, float_bits, key_value, ordered_key  # noqa: F401  (used by kernels)
 
-_JIT = {"nogil": True, "error_model": "numpy", "fastmath": False, "forceinline": True}
+_JIT = {"nogil": True, "error_model": "numpy", "fastmath": {"contract"}, "forceinline": True}
 
 
 @njit(inline="always", **_JIT)
