@@ -7,12 +7,13 @@ atomic: the file appears complete or not at all.
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InvalidModelError, TlcError
+from ..ir.fileutil import atomic_write
 from ..ir.graph import Graph
+
+__all__ = ["FORMATS", "atomic_write", "format_of", "load", "save"]
 
 FORMATS = ("onnx", "tlc", "dot", "graphml")
 
@@ -58,21 +59,3 @@ def save(graph: Graph, path: str | os.PathLike, *, format: str | None = None) ->
     else:
         from .dumps import write_graphml as writer
     writer(graph, path)
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` then move the file into place; on failure nothing is left behind.
-
-    NOTE: every writer in tlc goes through here, so an interrupted run never leaves a half-written file.
-    """
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -8,13 +8,12 @@ the rank itself is unknown.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
 from ..errors import ValidationError
 
-Dim = Union[int, str, None]
+Dim = int | str | None
 Shape = tuple[Dim, ...]
 
 DTYPES: tuple[str, ...] = (

@@ -1,6 +1,6 @@
 """The op registry and every operator tlc knows. Importing this package registers them all."""
 
-from . import elementwise, fused, nn, reduce, tensor  # noqa: F401  (registration side effects)
+from . import elementwise, fused, index, layout, nn, reduce, resize, sort, tensor  # noqa: F401  (registration side effects)
 from .expr import Expr
 from .registry import (
     REQUIRED,

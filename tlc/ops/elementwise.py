@@ -127,7 +127,8 @@ _unary("Selu", lambda x, *, alpha, gamma: np.asarray(gamma, x.dtype)
        * np.where(x <= 0, np.asarray(alpha, x.dtype) * (np.exp(x) - 1), x),
        lambda x, *, alpha, gamma: gamma * E.where(E.le(x, 0.0), alpha * (E.exp(x) - 1.0), x),
        {"alpha": Attr("float", _SELU_ALPHA), "gamma": Attr("float", _SELU_GAMMA)}, cost=8)
-_unary("HardSigmoid", lambda x, *, alpha, beta: np.clip(np.asarray(alpha, x.dtype) * x + np.asarray(beta, x.dtype), 0, 1),
+_unary("HardSigmoid",
+       lambda x, *, alpha, beta: np.clip(np.asarray(alpha, x.dtype) * x + np.asarray(beta, x.dtype), 0, 1),
        lambda x, *, alpha, beta: E.maximum(0.0, E.minimum(1.0, alpha * x + beta)),
        {"alpha": Attr("float", 0.2), "beta": Attr("float", 0.5)})
 _unary("ThresholdedRelu", lambda x, *, alpha: np.where(x > alpha, x, 0),
@@ -233,7 +234,8 @@ def _cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
         return x.astype(np_dtype(dtype))
 
 
-register(OpDef(name="Cast", infer=_cast_infer, traits=EW, attrs={"to": Attr("int", REQUIRED), "saturate": Attr("int", 1)},
+register(OpDef(name="Cast", infer=_cast_infer, traits=EW,
+               attrs={"to": Attr("int", REQUIRED), "saturate": Attr("int", 1)},
                reference=lambda x, *, to, saturate: _cast_to(x, dtype_of_onnx_code(to)),
                expr=lambda x, *, to, saturate: E.cast(x, dtype_of_onnx_code(to))))
 

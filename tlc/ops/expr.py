@@ -122,8 +122,8 @@ def _fn(name: str):
     return build
 
 
-exp, log, tanh, erf, sqrt, floor, ceil, sin, cos = (_fn(n) for n in
-                                                    ("exp", "log", "tanh", "erf", "sqrt", "floor", "ceil", "sin", "cos"))
+exp, log, tanh, erf, sqrt, floor, ceil, sin, cos = (
+    _fn(n) for n in ("exp", "log", "tanh", "erf", "sqrt", "floor", "ceil", "sin", "cos"))
 absolute, sign, round_even, isnan = _fn("abs"), _fn("sign"), _fn("round"), _fn("isnan")
 maximum, minimum, power, mod, fmod = _fn("max"), _fn("min"), _fn("pow"), _fn("mod"), _fn("fmod")
 lt, le, gt, ge, eq, ne = (_fn(n) for n in ("lt", "le", "gt", "ge", "eq", "ne"))

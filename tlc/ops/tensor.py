@@ -1,4 +1,5 @@
-"""Graph-interface and tensor-manipulation operators: Input, Constant, Identity, Reshape and kin.
+"""Graph-interface operators, views and shape producers: Input, Constant, Identity, Reshape, Flatten, Squeeze,
+Unsqueeze, Transpose, Expand, Shape, Size, ConstantOfShape, Range, EyeLike.
 
 Shape-producing inputs (Reshape's ``shape``, Expand's ``shape``, ...) are read when they are constants, so
 inference resolves data-dependent shapes; otherwise the output rank is known and the dims are not.
@@ -6,9 +7,14 @@ inference resolves data-dependent shapes; otherwise the output rank is known and
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..ir.types import Dim, TensorType
+from ..errors import ShapeInferenceError
+from ..ir.types import Dim, TensorType, dtype_of_onnx_code, format_shape, np_dtype
+from . import dims
+from .infer import broadcast_shapes
 from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, register
 
 PURE = frozenset({Trait.PURE, Trait.FOLDABLE})
@@ -32,7 +38,8 @@ register(OpDef(name="Constant", infer=lambda ctx: [TensorType.of(ctx.attrs["valu
                reference=lambda *, value: value, inputs=(0, 0), attrs={"value": Attr("tensor", REQUIRED)},
                traits=PURE, doc="A constant tensor (ONNX's value_* attribute forms are normalised to `value`)."))
 
-register(OpDef(name="Identity", infer=lambda ctx: [ctx.type(0)], reference=lambda x: x, traits=PURE))
+register(OpDef(name="Identity", infer=lambda ctx: [ctx.type(0)], reference=lambda x: x, traits=PURE, cost=0,
+               doc="The input, unchanged."))
 
 
 def _dropout_infer(ctx: InferContext) -> list[TensorType]:
@@ -44,8 +51,10 @@ def _dropout_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _dropout(x, ratio=None, training_mode=None, *, seed):
-    if training_mode is not None and bool(np.asarray(training_mode)):
-        raise NotImplementedError("Dropout in training mode is not supported (inference only)")
+    training = training_mode is not None and bool(np.asarray(training_mode))
+    if training and (ratio is None or float(np.asarray(ratio)) != 0.0):
+        raise NotImplementedError("Dropout in training mode with a non-zero ratio is random; tlc runs inference "
+                                  "only (ratio 0 is the identity and is supported)")
     return [x, np.ones(x.shape, dtype=bool)]
 
 
@@ -55,7 +64,7 @@ def _dropout_outputs(attrs, num_inputs):
 
 register(OpDef(name="Dropout", infer=_dropout_infer, reference=_dropout, inputs=(1, 3), outputs=_dropout_outputs,
                attrs={"seed": Attr("int")}, traits=PURE,
-               doc="Inference-mode Dropout: the identity, and an all-true mask when asked for."))
+               cost=0, doc="Inference-mode Dropout: the identity, and an all-true mask when asked for."))
 
 
 def reshape_dims(in_shape, target: list[int], allowzero: int) -> list[Dim]:
@@ -130,4 +139,232 @@ def _reshape(x, shape, *, allowzero):
 
 
 register(OpDef(name="Reshape", infer=_reshape_infer, reference=_reshape, inputs=(2, 2),
-               attrs={"allowzero": Attr("int", 0)}, traits=PURE, cost=0))
+               attrs={"allowzero": Attr("int", 0)}, traits=PURE, cost=0,
+               doc="The data with a new shape (0 copies a dim unless allowzero, -1 is inferred)."))
+
+
+# ---------------------------------------------------------------------------- views
+def _flatten_infer(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    if t.shape is None:
+        return [TensorType(t.dtype, (None, None))]
+    axis = ctx.attrs["axis"]
+    if not -t.rank <= axis <= t.rank:
+        ctx.fail(f"axis {axis} is out of range for rank {t.rank} (expected [-{t.rank}, {t.rank}])")
+    axis = axis + t.rank if axis < 0 else axis
+    return [TensorType(t.dtype, (dims.product(t.shape[:axis]), dims.product(t.shape[axis:])))]
+
+
+def _flatten(x, *, axis):
+    axis = axis + x.ndim if axis < 0 else axis
+    return x.reshape(int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64)))
+
+
+register(OpDef(name="Flatten", infer=_flatten_infer, reference=_flatten, attrs={"axis": Attr("int", 1)},
+               traits=PURE, cost=0, doc="The input as a matrix: dims before `axis` become rows, the rest columns."))
+
+
+def _squeeze_infer(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    if t.shape is None:
+        return [t]
+    if ctx.has_input(1):
+        axes = dims.const_ints(ctx, 1)
+        if axes is None:
+            n = dims.vector_length(ctx, 1)
+            return [TensorType(t.dtype, None if n is None else dims.unknown(t.rank - n))]
+        axes = dims.normalize_axes_unique(ctx, axes, t.rank)
+        for a in axes:
+            if isinstance(t.shape[a], int) and t.shape[a] != 1:
+                ctx.fail(f"cannot squeeze axis {a} of shape {format_shape(t.shape)}: expected size 1, got "
+                         f"{t.shape[a]}")
+        return [TensorType(t.dtype, tuple(d for i, d in enumerate(t.shape) if i not in axes))]
+    if not t.is_static:  # a symbol might be 1: which axes go is decided by the values
+        return [TensorType(t.dtype, None)]
+    return [TensorType(t.dtype, tuple(d for d in t.shape if d != 1))]
+
+
+def _squeeze(x, axes=None):
+    if axes is None:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(int(a) for a in axes.ravel()))
+
+
+register(OpDef(name="Squeeze", infer=_squeeze_infer, reference=_squeeze, inputs=(1, 2), traits=PURE, cost=0,
+               doc="Removes the size-1 axes listed in `axes` (all of them when absent)."))
+
+
+def _unsqueeze_infer(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    axes = dims.const_ints(ctx, 1)
+    if t.shape is None:
+        return [t]
+    if axes is None:
+        n = dims.vector_length(ctx, 1)
+        return [TensorType(t.dtype, None if n is None else dims.unknown(t.rank + n))]
+    rank = t.rank + len(axes)
+    axes = dims.normalize_axes_unique(ctx, axes, rank)
+    rest = iter(t.shape)
+    return [TensorType(t.dtype, tuple(1 if i in axes else next(rest) for i in range(rank)))]
+
+
+def _unsqueeze(x, axes):
+    return np.expand_dims(x, tuple(int(a) for a in axes.ravel()))
+
+
+register(OpDef(name="Unsqueeze", infer=_unsqueeze_infer, reference=_unsqueeze, inputs=(2, 2), traits=PURE, cost=0,
+               doc="Inserts size-1 axes at the positions `axes` of the output."))
+
+
+def _transpose_infer(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    perm = ctx.attrs["perm"]
+    if t.shape is None:
+        return [TensorType(t.dtype, None if perm is None else dims.unknown(len(perm)))]
+    if perm is None:
+        return [TensorType(t.dtype, t.shape[::-1])]
+    if sorted(perm) != list(range(t.rank)):
+        ctx.fail(f"perm {list(perm)} is not a permutation of the {t.rank} axes of shape {format_shape(t.shape)}")
+    return [TensorType(t.dtype, tuple(t.shape[p] for p in perm))]
+
+
+register(OpDef(name="Transpose", infer=_transpose_infer, reference=lambda x, *, perm: np.transpose(x, perm),
+               attrs={"perm": Attr("ints")}, traits=PURE | {Trait.LAYOUT_SENSITIVE},
+               doc="Permutes the axes (reverses them when `perm` is absent)."))
+
+
+def _expand_infer(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    target = dims.const_ints(ctx, 1)
+    if target is None:
+        n = dims.vector_length(ctx, 1)
+        if n is None or t.shape is None:
+            return [TensorType(t.dtype, None)]
+        rank = max(n, t.rank)
+        padded = (1,) * (rank - t.rank) + t.shape
+        # NOTE: a known input dim other than 1 survives any legal target dim (which is 1 or that dim).
+        return [TensorType(t.dtype, tuple(d if isinstance(d, int) and d != 1 else None for d in padded))]
+    if any(d < 0 for d in target):
+        ctx.fail(f"shape {target} has a negative dim")
+    try:
+        shape = broadcast_shapes(t.shape, tuple(target))
+    except ShapeInferenceError:
+        ctx.fail(f"input shape {format_shape(t.shape)} cannot be expanded to {target}: each dim must equal the "
+                 f"target dim or be 1")
+    return [TensorType(t.dtype, shape)]
+
+
+def _expand(x, shape):
+    target = tuple(int(d) for d in shape.ravel())
+    return np.broadcast_to(x, np.broadcast_shapes(x.shape, target)).copy()
+
+
+register(OpDef(name="Expand", infer=_expand_infer, reference=_expand, inputs=(2, 2), traits=PURE | {Trait.BROADCAST},
+               doc="Broadcasts the input to `shape` (numpy rules; the result may be larger than `shape`)."))
+
+
+# ---------------------------------------------------------------------------- shape producers
+def _shape_range(rank: int, start: int, end: int | None) -> tuple[int, int]:
+    """Shape's [start, end) on a shape of ``rank`` dims, negative values counted from the end and clamped."""
+    end = rank if end is None else end
+    start, end = (v + rank if v < 0 else v for v in (start, end))
+    return min(max(start, 0), rank), min(max(end, 0), rank)
+
+
+def _shape_infer(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    if t.shape is None:
+        return [TensorType("int64", (None,))]
+    start, end = _shape_range(t.rank, ctx.attrs["start"], ctx.attrs["end"])
+    return [TensorType("int64", (max(end - start, 0),))]
+
+
+def _shape(x, *, start, end):
+    lo, hi = _shape_range(x.ndim, start, end)
+    return np.array(x.shape[lo:hi], dtype=np.int64)
+
+
+SHAPE_ONLY = PURE | {Trait.SHAPE_ONLY}
+
+register(OpDef(name="Shape", infer=_shape_infer, reference=_shape, attrs={"start": Attr("int", 0), "end": Attr("int")},
+               traits=SHAPE_ONLY, cost=0, doc="The input's shape (dims start..end) as an int64 vector."))
+register(OpDef(name="Size", infer=lambda ctx: [TensorType("int64", ())], traits=SHAPE_ONLY, cost=0,
+               reference=lambda x: np.array(x.size, dtype=np.int64), doc="The input's element count (int64)."))
+
+
+def _constant_of_shape_infer(ctx: InferContext) -> list[TensorType]:
+    value = ctx.attrs["value"]
+    dtype = "float32" if value is None else TensorType.of(value).dtype
+    if value is not None and value.size != 1:
+        ctx.fail(f"value must hold one element, got shape {list(value.shape)}")
+    shape = dims.const_ints(ctx, 0)
+    if shape is not None:
+        if any(d < 0 for d in shape):
+            ctx.fail(f"shape {shape} has a negative dim")
+        return [TensorType(dtype, tuple(shape))]
+    n = dims.vector_length(ctx, 0)
+    return [TensorType(dtype, None if n is None else dims.unknown(n))]
+
+
+def _constant_of_shape(shape, *, value):
+    fill = np.zeros(1, np.float32) if value is None else value
+    return np.full(tuple(int(d) for d in shape.ravel()), fill.ravel()[0], dtype=fill.dtype)
+
+
+register(OpDef(name="ConstantOfShape", infer=_constant_of_shape_infer, reference=_constant_of_shape,
+               attrs={"value": Attr("tensor")}, traits=PURE,
+               doc="A tensor of the given shape filled with `value` (default float32 0)."))
+
+
+def range_length(start, limit, delta) -> int:
+    """Range's element count, max(ceil((limit - start) / delta), 0), computed as ONNX does for ints and floats."""
+    start, limit, delta = (np.asarray(v).item() for v in (start, limit, delta))
+    if delta == 0:
+        raise ValueError("Range delta must not be 0")
+    if isinstance(start, int) and isinstance(limit, int) and isinstance(delta, int):
+        return max(-(-(limit - start) // delta), 0)
+    return max(int(math.ceil((limit - start) / delta)), 0)
+
+
+def _range_infer(ctx: InferContext) -> list[TensorType]:
+    dtype = ctx.type(0).dtype
+    for i in (1, 2):
+        if ctx.type(i).dtype != dtype:
+            ctx.fail(f"start, limit and delta must have one dtype, got {dtype}, {ctx.type(1).dtype}, "
+                     f"{ctx.type(2).dtype}")
+    values = [ctx.const(i) for i in range(3)]
+    if any(v is None for v in values):
+        return [TensorType(dtype, (None,))]
+    try:
+        return [TensorType(dtype, (range_length(*values),))]
+    except ValueError as exc:
+        ctx.fail(str(exc))
+
+
+def _range(start, limit, delta):
+    n = range_length(start, limit, delta)
+    # output[i] = start + i * delta, evaluated wide and rounded once (float16's own i would be inexact past 2048)
+    wide = np.float64 if start.dtype.kind == "f" else np.int64
+    return (wide(start) + np.arange(n, dtype=wide) * wide(delta)).astype(start.dtype)
+
+
+register(OpDef(name="Range", infer=_range_infer, reference=_range, inputs=(3, 3), traits=PURE,
+               doc="start, start + delta, ... up to (not including) limit."))
+
+
+def _eyelike_infer(ctx: InferContext) -> list[TensorType]:
+    t = ctx.type(0)
+    if t.rank is not None and t.rank != 2:
+        ctx.fail(f"expected a 2-D input, got shape {format_shape(t.shape)}")
+    code = ctx.attrs["dtype"]
+    return [TensorType(t.dtype if code is None else dtype_of_onnx_code(code), t.shape or (None, None))]
+
+
+def _eyelike(x, *, dtype, k):
+    out_dtype = x.dtype if dtype is None else np_dtype(dtype_of_onnx_code(dtype))
+    return np.eye(x.shape[0], x.shape[1], k=k, dtype=out_dtype)
+
+
+register(OpDef(name="EyeLike", infer=_eyelike_infer, reference=_eyelike,
+               attrs={"dtype": Attr("int"), "k": Attr("int", 0)}, traits=PURE,
+               doc="A matrix of the input's shape with ones on diagonal `k` and zeros elsewhere."))

@@ -31,9 +31,14 @@ class PassResult:
     stats: dict[str, int] = field(default_factory=dict)
 
     def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``key``; a non-zero count means the graph changed."""
         self.stats[key] = self.stats.get(key, 0) + n
         if n:
             self.changed = True
+
+    def note(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to an informational counter (e.g. ``skipped_too_large``) that is no change to the graph."""
+        self.stats[key] = self.stats.get(key, 0) + n
 
 
 class Pass:
@@ -45,6 +50,12 @@ class Pass:
 
     def __init__(self, options: PassOptions | None = None):
         self.options = options or PassOptions()
+        #: The node the pass is working on, kept current by passes that walk nodes, so that the PassManager
+        #: can name it when the pass raises.
+        self.current_node: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
 
     def run(self, graph: Graph) -> PassResult:  # pragma: no cover - abstract
         raise NotImplementedError

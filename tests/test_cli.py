@@ -1,0 +1,253 @@
+"""tlc-opt: exit codes and one-line errors, safe writes, --list-passes and --stats, run in-process."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import tlc
+import tlc.io
+from tlc.cli import main
+from tlc.passes import all_passes
+
+
+def demo_graph() -> tlc.Graph:
+    """Foldable constants, a commutative duplicate, an Identity and a dead node."""
+    g = tlc.Graph("demo")
+    x = g.input("x", "float32", ("N", 4))
+    c = g.add_node("Add", [g.constant(np.ones(4, np.float32), name="a"),
+                           g.constant(np.full(4, 2, np.float32), name="b")], name="c")
+    y1 = g.add_node("Mul", [x, c])
+    y2 = g.add_node("Mul", [c, x])
+    g.add_node("Relu", [x], name="dead")
+    g.output(g.add_node("Identity", [g.add_node("Add", [y1, y2])]), "z")
+    return g
+
+
+@pytest.fixture
+def model(tmp_path) -> str:
+    path = tmp_path / "demo.onnx"
+    tlc.io.save(demo_graph(), path)
+    return str(path)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tlc-opt: error: ") and "Traceback" not in err
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------- user errors
+def test_missing_file(capsys, tmp_path):
+    code, out, err = run_cli(capsys, str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "o.onnx"))
+    line = one_error_line(err)
+    assert code == 1 and out == ""
+    assert "no such model file" in line and "nope.onnx" in line and "(hint: check the path)" in line
+
+
+def test_unknown_pass(capsys, model, tmp_path):
+    code, _, err = run_cli(capsys, model, "--passes=fold,cse2", "-o", str(tmp_path / "o.onnx"))
+    line = one_error_line(err)
+    assert code == 1
+    known = ", ".join(sorted(cls.name for cls in all_passes()))
+    assert f"unknown pass 'cse2'; known passes: {known}" in line and "hint: run tlc-opt --list-passes" in line
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_refuses_to_overwrite_its_input(capsys, model, tmp_path):
+    before = open(model, "rb").read()
+    link = tmp_path / "link.onnx"
+    os.symlink(model, link)
+    for target in (model, str(link), os.path.join(os.path.dirname(model), ".", "demo.onnx")):
+        code, _, err = run_cli(capsys, model, "-O2", "-o", target)
+        assert code == 1 and "is the input file; tlc-opt does not overwrite its input" in one_error_line(err)
+    code, _, err = run_cli(capsys, model, "--dump-dot", model)
+    assert code == 1 and "--dump-dot" in one_error_line(err)
+    assert open(model, "rb").read() == before
+
+
+def test_bad_extensions(capsys, model, tmp_path):
+    code, _, err = run_cli(capsys, model, "-o", str(tmp_path / "out.xyz"))
+    line = one_error_line(err)
+    assert code == 1 and "cannot tell the format" in line and "'xyz'" in line and "hint:" in line
+    notes = tmp_path / "model.txt"
+    notes.write_text("hello")
+    code, _, err = run_cli(capsys, str(notes), "--emit", "tlc")
+    assert code == 1 and "expected a .onnx or .tlc file, got .txt" in one_error_line(err)
+    code, _, err = run_cli(capsys, model, "--emit", "onnx")
+    assert code == 1 and "--emit onnx needs an output file (hint: add -o FILE.onnx)" in one_error_line(err)
+    assert sorted(os.listdir(tmp_path)) == ["demo.onnx", "model.txt"]
+
+
+def test_bad_flag_values_exit_1_and_usage_errors_exit_2(capsys, model, tmp_path):
+    out = str(tmp_path / "o.onnx")
+    for flags, text in [(["-O5"], "-O 5 is out of range: expected 0 to 3"),
+                        (["--max-iterations", "0"], "--max-iterations 0 is out of range"),
+                        (["--skip", "nothing"], "unknown pass to skip 'nothing'")]:
+        code, _, err = run_cli(capsys, model, *flags, "-o", out)
+        assert code == 1 and text in one_error_line(err), flags
+    for argv in ([model, "--no-such-flag"], [model, "-O", "two"], [model, "-O1", "--passes", "dce"], []):
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and "usage: tlc-opt" in err and "Traceback" not in err, argv
+    assert not os.path.exists(out)
+
+
+def test_invalid_model_is_a_one_line_error(capsys, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\x01 not a protobuf")
+    code, _, err = run_cli(capsys, str(bad), "-o", str(tmp_path / "o.onnx"))
+    assert code == 1 and "is not a valid ONNX model" in one_error_line(err)
+
+
+# ---------------------------------------------------------------------------- writing
+def test_writes_an_optimized_model_that_onnxruntime_runs(capsys, model, tmp_path):
+    out = tmp_path / "opt.onnx"
+    code, stdout, err = run_cli(capsys, model, "-O1", "--verify-each", "-o", str(out))
+    assert code == 0 and stdout == "" and err == ""
+    optimized = onnx.load(str(out))
+    assert sorted(n.op_type for n in optimized.graph.node) == ["Add", "Mul", "Mul"]
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    want = tlc.reference.run(demo_graph(), {"x": x})["z"]
+    np.testing.assert_array_equal(sess.run(["z"], {"x": x})[0], want)
+
+
+def test_output_is_written_atomically(capsys, model, tmp_path, monkeypatch):
+    out = tmp_path / "opt.onnx"
+    out.write_bytes(b"previous result")
+
+    def half_write(proto, path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(onnx, "save", half_write)
+    code, _, err = run_cli(capsys, model, "-o", str(out))
+    assert code == 1 and "No space left on device" in one_error_line(err)
+    assert out.read_bytes() == b"previous result"
+    assert sorted(os.listdir(tmp_path)) == ["demo.onnx", "opt.onnx"]
+
+
+def test_nothing_is_written_without_an_output(capsys, model, tmp_path):
+    code, stdout, err = run_cli(capsys, model, "-O2")
+    assert code == 0 and stdout == ""
+    assert err.startswith("tlc-opt: 9 -> ") and "nothing written (use -o FILE or --emit tlc)" in err
+    assert sorted(os.listdir(tmp_path)) == ["demo.onnx"]
+
+
+# ---------------------------------------------------------------------------- reports
+def test_list_passes_comes_from_the_registry(capsys):
+    code, out, err = run_cli(capsys, "--list-passes")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split() == ["pass", "level", "description"]
+    for cls in all_passes():
+        (row,) = [line for line in lines if line.split()[:1] == [cls.name]]
+        assert row.split()[1] == f"-O{cls.min_level}" and row.endswith(cls.description)
+    assert "  -O0: (nothing)" in lines
+    (o2,) = [line for line in lines if line.startswith("  -O2: (")]
+    assert all(name in o2 for name in ("fold", "dce", "cse", "fuse"))
+
+
+def test_stats_table(capsys, model):
+    code, out, err = run_cli(capsys, model, "-O2", "--skip", "fuse,simplify", "--stats")
+    assert code == 0 and out == ""
+    rows = {line.split()[0]: line.split()[1:] for line in err.splitlines() if line and not line.startswith(" ")}
+    assert rows["op"] == ["before", "after"]
+    assert rows["Add"] == ["2", "1"] and rows["Mul"] == ["2", "1"] and rows["Identity"] == ["1", "0"]
+    assert rows["Relu"] == ["1", "0"] and rows["Constant"] == ["2", "1"] and rows["Input"] == ["1", "1"]
+    assert _row(err, "total nodes") == ["9", "4"]
+    assert _row(err, "parameters") == ["8", "4"]
+    assert "folded constants: 1" in err and "fused groups: 0" in err
+    assert "  fold: folded=1" in err and "  cse: nodes_merged=1" in err
+    assert "  dce: bypassed=1 constants_removed=2 nodes_removed=1" in err
+
+
+def _row(text: str, label: str) -> list[str]:
+    (line,) = [line for line in text.splitlines() if line.startswith(label)]
+    return line[len(label):].split()
+
+
+def test_stats_counts_fused_groups(capsys, model):
+    code, _, err = run_cli(capsys, model, "-O2", "--stats")
+    assert code == 0
+    fused = _row(err, "tlc.Fused")
+    assert fused[0] == "0" and int(fused[1]) >= 1 and f"fused groups: {fused[1]}" in err
+
+
+def test_time_passes_and_print_ir_go_to_stderr(capsys, model):
+    code, out, err = run_cli(capsys, model, "--passes=fold,dce", "--time-passes", "--print-ir-after-all")
+    assert code == 0 and out == ""
+    assert err.index("IR after fold //") < err.index("IR after dce //") < err.index("===== pass timing =====")
+    timing = err[err.index("===== pass timing ====="):].splitlines()
+    assert timing[1].split()[:2] == ["pass", "runs"] and {t.split()[0] for t in timing[2:4]} == {"fold", "dce"}
+
+
+def test_progress_only_when_asked_off_a_terminal(capsys, model):
+    _, _, quiet = run_cli(capsys, model, "-O1", "--stats")
+    assert "tlc: pass" not in quiet
+    _, _, loud = run_cli(capsys, model, "-O1", "--stats", "--progress")
+    assert "tlc: pass 1: fold on 9 nodes" in loud
+
+
+def test_pass_failure_is_one_line_naming_the_pass(capsys, model, monkeypatch, tmp_path):
+    from tlc.passes.cse import CsePass
+
+    def explode(self, graph):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(CsePass, "run", explode)
+    code, _, err = run_cli(capsys, model, "--passes=cse", "-o", str(tmp_path / "o.onnx"))
+    line = one_error_line(err)
+    assert code == 1 and "pass 'cse' failed: RuntimeError: kaboom" in line and "--reproducer DIR" in line
+
+
+# ---------------------------------------------------------------------------- text IR, dumps, reproducers
+def test_text_ir_in_and_out(capsys, model, tmp_path):
+    code, stdout, _ = run_cli(capsys, model, "-O1", "--emit", "tlc")
+    assert code == 0 and stdout.startswith("graph @demo")
+    text_file = tmp_path / "demo.opt.tlc"
+    text_file.write_text(stdout)
+    code, again, _ = run_cli(capsys, str(text_file), "-O1", "--emit=tlc")
+    assert code == 0 and again == stdout           # optimizing an optimized graph changes nothing
+    out = tmp_path / "again.tlc"
+    code, _, _ = run_cli(capsys, str(text_file), "--passes=", "-o", str(out))
+    assert code == 0 and tlc.io.load(out).structural_hash() == tlc.io.load(text_file).structural_hash()
+
+
+def test_dot_and_graphml_dumps(capsys, model, tmp_path):
+    dot, graphml = tmp_path / "g.dot", tmp_path / "g.graphml"
+    code, _, err = run_cli(capsys, model, "-O2", "--dump-dot", str(dot), "--dump-graphml", str(graphml), "--stats")
+    assert code == 0
+    assert dot.read_text().lstrip().startswith("digraph") and "cluster" in dot.read_text()
+    loaded = tlc.io.load(graphml)
+    assert loaded.op_counts() == {"Constant": 1, "Input": 1, "tlc.Fused": 1}
+    assert _row(err, "tlc.Fused") == ["0", "1"]
+
+
+def test_reproducer_from_the_command_line(capsys, model, monkeypatch, tmp_path):
+    from tlc.passes.cse import CsePass
+
+    def explode(self, graph):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(CsePass, "run", explode)
+    repro = tmp_path / "repro"
+    code, _, err = run_cli(capsys, model, "--passes=fold,dce,cse", "--reproducer", str(repro))
+    line = one_error_line(err)
+    (saved,) = repro.iterdir()
+    assert code == 1 and saved.name == "002-cse.before.tlc"
+    assert f"(hint: reproduce with: tlc-opt {saved} --passes=cse)" in line
+    graph = tlc.io.load(saved)
+    assert sorted(graph.op_counts()) == ["Add", "Constant", "Input", "Mul"]   # folded and cleaned: fold,dce ran

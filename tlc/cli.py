@@ -1,0 +1,287 @@
+"""``tlc-opt``: read a model (.onnx or .tlc), run a pass pipeline over it, write the result.
+
+    tlc-opt model.onnx -O2 -o model.opt.onnx --stats
+    tlc-opt case.tlc --passes=cse --emit=tlc          # text IR on stdout (how the golden tests run it)
+
+The output format follows the output file's extension unless ``--emit`` names one; without ``-o`` only
+``--emit tlc`` writes (to stdout). User errors (a missing file, an unknown pass, a bad value) print one line with
+a hint and exit 1; argparse usage errors exit 2. Debugging flags only install pass instruments.
+
+To add options: write an ``_add_<group>_options(parser)`` function and call it from ``build_parser``, then read
+the new ``args`` fields in the step of ``run`` they belong to (load, optimize, write, report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from . import io as tlc_io
+from .errors import InvalidModelError, PassError, TlcError, UnsupportedOperatorError, ValidationError
+from .ir.graph import Graph
+from .ir.text import print_graph
+from .passes import (
+    PassInstrument,
+    PassManager,
+    PassOptions,
+    PrintIRInstrument,
+    ProgressInstrument,
+    TimingInstrument,
+    all_passes,
+    describe_levels,
+)
+from .passes.pipeline import MAX_OPT_LEVEL
+
+PROG = "tlc-opt"
+INPUT_FORMATS = ("onnx", "tlc", "graphml")
+LARGE_MODEL_BYTES = 32 * 2**20   # models from this size on take a noticeable time to load
+
+
+class UsageError(TlcError):
+    """A flag value or combination tlc-opt cannot use; ``hint`` says what to do instead."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+# ---------------------------------------------------------------------------- the parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Optimize an ONNX or .tlc model with tlc's pass pipeline.",
+        epilog="Opt levels: " + "; ".join(describe_levels()) + ". See --list-passes.")
+    _add_io_options(parser)
+    _add_pipeline_options(parser)
+    _add_debug_options(parser)
+    return parser
+
+
+def _add_io_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("input and output")
+    group.add_argument("input", nargs="?", metavar="INPUT", help="model to read: .onnx or .tlc")
+    group.add_argument("-o", "--output", metavar="OUTPUT",
+                       help="where to write the result; the format follows the extension unless --emit says")
+    group.add_argument("--emit", metavar="FORMAT",
+                       help=f"output format: {', '.join(tlc_io.FORMATS)} (without -o, only tlc: to stdout)")
+    group.add_argument("--dump-dot", metavar="FILE", help="also write the optimized graph as Graphviz DOT")
+    group.add_argument("--dump-graphml", metavar="FILE", help="also write the optimized graph as GraphML")
+
+
+def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("pipeline")
+    which = group.add_mutually_exclusive_group()
+    which.add_argument("-O", dest="opt_level", type=int, metavar="LEVEL",
+                       help="optimization level 0-3 (-O0 nothing ... -O3 everything; default -O2)")
+    which.add_argument("--passes", metavar="LIST",
+                       help="named pipeline, e.g. fold,dce,cse; '(a,b)' iterates a group to a fixed point")
+    group.add_argument("--skip", metavar="LIST", default="", help="comma-separated passes to leave out")
+    group.add_argument("--max-iterations", type=int, metavar="N", default=None,
+                       help="bound on fixed-point iteration of the cleanup passes")
+    group.add_argument("--fold-size-limit", type=int, metavar="N", default=None,
+                       help=f"largest tensor (elements) folding may create (default {PassOptions.fold_size_limit})")
+    group.add_argument("--fast-math", action="store_true",
+                       help="allow rewrites that change floating-point rounding")
+    group.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
+
+
+def _add_debug_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("debugging and reports (on stderr)")
+    printing = group.add_mutually_exclusive_group()
+    printing.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
+    printing.add_argument("--print-ir-after-change", action="store_true",
+                          help="print the IR after every pass that changed it")
+    group.add_argument("--time-passes", action="store_true", help="print a table of time per pass")
+    group.add_argument("--stats", action="store_true",
+                       help="print nodes per op type and parameters before/after, and pass counters")
+    group.add_argument("--verify-each", action="store_true", help="verify the graph after every pass")
+    group.add_argument("--reproducer", metavar="DIR",
+                       help="when a pass fails, write the graph as it was before that pass into DIR")
+    group.add_argument("--progress", action="store_true",
+                       help="show progress even when stderr is not a terminal")
+
+
+# ---------------------------------------------------------------------------- entry point
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run tlc-opt with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
+        return int(exc.code or 0)
+    try:
+        return run(args, parser)
+    except TlcError as exc:
+        return _fail(exc, hint_for(exc, args))
+    except OSError as exc:
+        where = f" {exc.filename!r}" if exc.filename else ""
+        return _fail(exc, "check the path and its permissions", f"cannot access{where}: {exc.strerror or exc}")
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """The steps of one invocation: check flags, load, optimize, write, report."""
+    if args.list_passes:
+        sys.stdout.write(list_passes())
+        return 0
+    if args.input is None:
+        parser.print_usage(sys.stderr)
+        print(f"{PROG}: error: the following arguments are required: INPUT", file=sys.stderr)
+        return 2
+    out_format = check_outputs(args)
+    manager = make_manager(args, sys.stderr)
+    graph = load_input(args.input, progress=args.progress or _is_tty(sys.stderr))
+    optimized, report = manager.run(graph)
+    write_outputs(args, optimized, out_format)
+    if args.stats:
+        sys.stderr.write(report.stats_table() + "\n")
+    elif out_format is None and not (args.time_passes or args.print_ir_after_all or args.print_ir_after_change):
+        print(f"{PROG}: {report.nodes_before} -> {report.nodes_after} nodes ({manager}); nothing written "
+              f"(use -o FILE or --emit tlc)", file=sys.stderr)
+    return 0
+
+
+def list_passes() -> str:
+    """The ``--list-passes`` text, generated from the pass registry."""
+    rows = [("pass", "level", "description")] + [
+        (cls.name, f"-O{cls.min_level}", cls.description or "-") for cls in all_passes()]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    lines = [f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}" for r in rows]
+    return "\n".join(lines + ["", "pipelines (a parenthesised group iterates to a fixed point):"]
+                     + [f"  {line}" for line in describe_levels()]) + "\n"
+
+
+# ---------------------------------------------------------------------------- steps
+def check_outputs(args: argparse.Namespace) -> str | None:
+    """Validate output flags before any work; returns the output format (None: nothing to write)."""
+    if args.output is not None:
+        out_format = tlc_io.format_of(args.output, args.emit)
+    elif args.emit is not None:
+        out_format = tlc_io.format_of("-", args.emit)
+        if out_format != "tlc":
+            raise UsageError(f"--emit {out_format} needs an output file", f"add -o FILE.{out_format}")
+    else:
+        out_format = None
+    suffix = Path(args.input).suffix.lstrip(".").lower()
+    if suffix not in INPUT_FORMATS:
+        raise UsageError(f"cannot read {args.input!r}: expected a .onnx or .tlc file, got "
+                         f"{'.' + suffix if suffix else 'no extension'}", "convert the model to ONNX first")
+    for flag, path in (("-o", args.output), ("--dump-dot", args.dump_dot), ("--dump-graphml", args.dump_graphml)):
+        if path is not None and same_file(path, args.input):
+            raise UsageError(f"{flag} {path!r} is the input file; tlc-opt does not overwrite its input",
+                             "write to another file")
+    return out_format
+
+
+def make_manager(args: argparse.Namespace, err: TextIO) -> PassManager:
+    """The PassManager the flags ask for, with their instruments installed."""
+    for flag, value, low in (("-O", args.opt_level, 0), ("--max-iterations", args.max_iterations, 1),
+                             ("--fold-size-limit", args.fold_size_limit, 0)):
+        if value is not None and (value < low or (flag == "-O" and value > MAX_OPT_LEVEL)):
+            allowed = f"0 to {MAX_OPT_LEVEL}" if flag == "-O" else f"an integer >= {low}"
+            raise UsageError(f"{flag} {value} is out of range: expected {allowed}")
+    options = PassOptions(fast_math=args.fast_math)
+    if args.fold_size_limit is not None:
+        options.fold_size_limit = args.fold_size_limit
+    instruments: list[PassInstrument] = []
+    if args.print_ir_after_all or args.print_ir_after_change:
+        instruments.append(PrintIRInstrument(err, only_changed=args.print_ir_after_change))
+    if args.time_passes:
+        instruments.append(TimingInstrument(err))
+    if args.progress or _is_tty(err):
+        instruments.append(ProgressInstrument(err, delay=0.0 if args.progress else 0.5))
+    kwargs = {} if args.max_iterations is None else {"max_iterations": args.max_iterations}
+    return PassManager(args.passes, 2 if args.opt_level is None else args.opt_level, options, skip=args.skip,
+                       verify_each=args.verify_each, instruments=instruments, reproducer_dir=args.reproducer,
+                       **kwargs)
+
+
+def load_input(path: str, *, progress: bool = False) -> Graph:
+    """Read the model; with ``progress``, say so on stderr when the file is big enough to take a moment."""
+    file = Path(path)
+    if not file.exists():
+        raise InvalidModelError(f"no such model file: {path!r}")
+    if file.is_dir():
+        raise InvalidModelError(f"{path!r} is a directory, not a model file")
+    size = file.stat().st_size
+    if progress and size >= LARGE_MODEL_BYTES:
+        print(f"{PROG}: loading {path} ({size / 2**20:.0f} MiB)", file=sys.stderr, flush=True)
+    return tlc_io.load(path)
+
+
+def write_outputs(args: argparse.Namespace, graph: Graph, out_format: str | None) -> None:
+    if args.output is not None:
+        _save(graph, args.output, out_format)
+    elif out_format == "tlc":
+        text = print_graph(graph)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if args.dump_dot is not None:
+        _save(graph, args.dump_dot, "dot")
+    if args.dump_graphml is not None:
+        _save(graph, args.dump_graphml, "graphml")
+
+
+def _save(graph: Graph, path: str, fmt: str | None) -> None:
+    try:
+        tlc_io.save(graph, path, format=fmt)
+    except ImportError as exc:
+        raise UsageError(f"writing {fmt} files is not available in this build ({exc})",
+                         "choose another output format") from exc
+
+
+# ---------------------------------------------------------------------------- errors
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """True when ``a`` and ``b`` name the same file (after resolving links; hard links too, when both exist)."""
+    pa, pb = Path(a), Path(b)
+    if pa.resolve() == pb.resolve():
+        return True
+    try:
+        return pa.exists() and pb.exists() and os.path.samefile(pa, pb)
+    except OSError:
+        return False
+
+
+def hint_for(exc: TlcError, args: argparse.Namespace | None = None) -> str:
+    """What the user can do about ``exc``."""
+    text = str(exc)
+    if isinstance(exc, UsageError):
+        return exc.hint
+    if isinstance(exc, PassError):
+        if text.startswith("unknown pass") or text.startswith("bad pass pipeline"):
+            return f"run {PROG} --list-passes"
+        if exc.reproducer:
+            return f"reproduce with: {PROG} {exc.reproducer} --passes={exc.pass_name}"
+        if args is not None and not args.reproducer:
+            return "rerun with --reproducer DIR to save the graph as it was before the failing pass"
+        return "please report this with the model"
+    if isinstance(exc, UnsupportedOperatorError):
+        return "tlc does not implement these operators yet (tlc.ops.all_ops() lists those it does)"
+    if isinstance(exc, InvalidModelError) and text.startswith("no such model file"):
+        return "check the path"
+    if isinstance(exc, ValidationError):
+        return "the model is malformed; check it with onnx.checker or --verify-each"
+    if text.startswith("cannot tell the format"):
+        return f"use an extension or --emit with one of {', '.join(tlc_io.FORMATS)}"
+    return ""
+
+
+def _fail(exc: BaseException, hint: str, message: str | None = None) -> int:
+    message = " ".join((message or str(exc)).split())
+    print(f"{PROG}: error: {message}" + (f" (hint: {hint})" if hint else ""), file=sys.stderr)
+    return 1
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

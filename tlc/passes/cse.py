@@ -1,0 +1,110 @@
+"""cse: merge pure nodes with the same op, attributes and inputs, and constants with the same dtype, shape and bytes.
+
+Value numbering in topological order: a node's key is its op, domain, resolved attributes (digested as in
+``tlc.ir.hashing``, so a graph-valued attribute compares by structure) and its input values, already replaced by
+their representatives; inputs of commutative ops (``OpDef.is_commutative``) are sorted first. The first node with
+a key is kept and later ones are merged into it, so a value is only ever replaced by one defined before it.
+Constants are bucketed by dtype and shape and compared byte for byte (0.0 and -0.0 differ; equal NaNs merge).
+Graph output names survive: an output that pointed at a merged value points at its representative.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..ir.graph import Graph, Node
+from ..ir.hashing import attr_digest
+from ..ops import lookup
+from .base import Pass, PassResult, register_pass
+from .naming import adopt_output_name
+
+
+@register_pass
+class CsePass(Pass):
+    name = "cse"
+    min_level = 2
+    description = "common-subexpression elimination: share equal pure nodes and equal constants"
+
+    def run(self, graph: Graph) -> PassResult:
+        result = PassResult()
+        seen: dict[tuple, Node] = {}
+        constants = _ConstantTable()
+        for node in graph.nodes():
+            if node.domain == "" and node.op == "Input":
+                continue
+            self.current_node = node.name
+            if node.domain == "" and node.op == "Constant":
+                keep = constants.find_or_add(node)
+                counter = "constants_merged"
+            else:
+                key = node_key(graph, node)
+                if key is None:
+                    continue
+                keep = seen.setdefault(key, node)
+                counter = "nodes_merged"
+            if keep is not node:
+                merge(graph, node, keep)
+                result.count(counter)
+        self.current_node = None
+        return result
+
+
+def node_key(graph: Graph, node: Node) -> tuple | None:
+    """The value-numbering key of a pure node; None for nodes CSE must leave alone (impure or unknown ops)."""
+    opdef = lookup(node.op, node.domain)
+    if opdef is None or not opdef.is_pure:
+        return None
+    attrs = opdef.resolved_attrs(node)
+    digest = tuple((k, attr_digest(v)) for k, v in sorted(attrs.items()) if v is not None)
+    inputs = graph.inputs_of(node)
+    if opdef.is_commutative and None not in inputs:
+        inputs = sorted(inputs)
+    return node.domain, node.op, node.num_outputs, digest, tuple(inputs)
+
+
+def merge(graph: Graph, node: Node, keep: Node) -> None:
+    """Replace every use of ``node``'s outputs by ``keep``'s and erase ``node`` (``keep`` comes first in order)."""
+    renames = []
+    for old, new in zip(node.outputs, keep.outputs):
+        renames += [(new, name) for v, name in graph.outputs if v == old][:1]
+        graph.replace_all_uses(old, new)
+    graph.erase(node)
+    for value, name in renames:
+        adopt_output_name(graph, value, name)
+
+
+class _ConstantTable:
+    """Constants seen so far, by dtype and shape; byte digests are computed only when a bucket has company."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[tuple, list[tuple[Node, str | None]]] = {}
+
+    def find_or_add(self, node: Node) -> Node:
+        array: np.ndarray = node.attrs["value"]
+        bucket = self.buckets.setdefault((array.dtype.str, array.shape), [])
+        if not bucket:
+            bucket.append((node, None))
+            return node
+        digest = _digest(array)
+        for i, (other, other_digest) in enumerate(bucket):
+            if other_digest is None:
+                other_digest = _digest(other.attrs["value"])
+                bucket[i] = (other, other_digest)
+            if other_digest == digest and _same_bytes(other.attrs["value"], array):
+                return other
+        bucket.append((node, digest))
+        return node
+
+
+def _digest(array: np.ndarray) -> str:
+    if array.dtype == object:
+        return attr_digest(array)
+    return hashlib.blake2b(np.ascontiguousarray(array).tobytes(), digest_size=16).hexdigest()
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype == object:
+        return a.tolist() == b.tolist()
+    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()

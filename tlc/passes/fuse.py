@@ -1,0 +1,243 @@
+"""fuse: partition the graph into ``tlc.Fused`` groups that one kernel can compute.
+
+Three kinds of group, found in this order (a node joins at most one group):
+
+1. ``epilogue``: a contraction (``Trait.CONTRACTION``: MatMul, Gemm, Conv) and the chain of elementwise ops
+   that consumes its output, each intermediate used once and of the contraction's output shape (bias add,
+   activation, residual add). The runtime computes the contraction into the output buffer and applies the
+   chain in place.
+2. ``reduction``: row kernels: reductions over the last axis only (``Trait.REDUCTION`` ops whose axes are the
+   last one, keepdims) with the elementwise work feeding and following them; every value in the group has the
+   full shape F or the row shape F[:-1] + (1,). Softmax, layer norm, mean/variance.
+3. ``elementwise``: connected regions of elementwise ops whose outputs all have one shape (inputs broadcast).
+
+The pass asks op traits, never op names. A group is legal only when it is convex (no path leaves the group and
+comes back, so outlining it creates no cycle); values a group computes that are needed outside it become
+outputs of the ``tlc.Fused`` node, under their original names, so nothing is lost and graph outputs keep theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..ir.graph import TLC_DOMAIN, Graph, Node, Value
+from ..ir.types import Shape
+from ..ops import Trait, lookup
+from .base import Pass, PassResult, register_pass
+
+KERNEL_DTYPES = frozenset({"float32", "float64"})
+INTERNAL_DTYPES = KERNEL_DTYPES | {"bool"}
+
+
+def _static_or_symbolic(shape: Shape | None) -> bool:
+    return shape is not None and all(d is not None for d in shape)
+
+
+class _Partition:
+    """Topological indices and group membership while the pass grows groups."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.order = graph.nodes()
+        self.index = {n.id: i for i, n in enumerate(self.order)}
+        self.group_of: dict[int, int] = {}
+
+    def convex(self, members: set[int]) -> bool:
+        """True when no path leaves ``members`` and re-enters it."""
+        g, index = self.graph.nx, self.index
+        top = max(index[m] for m in members)
+        frontier = [s for m in members for s in g.successors(m) if s not in members and index[s] < top]
+        seen = set(frontier)
+        while frontier:
+            node = frontier.pop()
+            for s in g.successors(node):
+                if s in members:
+                    return False
+                if s not in seen and index[s] < top:
+                    seen.add(s)
+                    frontier.append(s)
+        return True
+
+
+def _value_types_ok(graph: Graph, node: Node, allowed: frozenset[str]) -> bool:
+    types = [graph.type_of(v) for v in graph.inputs_of(node) if v is not None] + list(node.output_types)
+    return all(t is not None and t.dtype in allowed for t in types)
+
+
+def _elementwise(graph: Graph, node: Node) -> bool:
+    opdef = lookup(node.op, node.domain)
+    return (opdef is not None and opdef.is_elementwise and node.num_outputs == 1
+            and _value_types_ok(graph, node, INTERNAL_DTYPES)
+            and _static_or_symbolic(node.output_types[0].shape))
+
+
+def _last_axis_reduction(graph: Graph, node: Node) -> bool:
+    """A reduction over the last axis alone, keeping dims (or a row op like Softmax that keeps the shape)."""
+    opdef = lookup(node.op, node.domain)
+    if opdef is None or not opdef.has(Trait.REDUCTION):
+        return False
+    ins = graph.inputs_of(node)
+    in_type = graph.type_of(ins[0]) if ins and ins[0] is not None else None
+    if in_type is None or not _static_or_symbolic(in_type.shape) or in_type.rank == 0:
+        return False
+    if in_type.dtype not in KERNEL_DTYPES or any(t is None or t.dtype not in KERNEL_DTYPES
+                                                 for t in node.output_types[:1]):
+        return False
+    rank = in_type.rank
+    attrs = opdef.resolved_attrs(node)
+    if any(graph.num_uses(v) for v in node.outputs[1:]):
+        return False  # only the main output may be used (LayerNormalization's Mean/InvStdDev)
+    if "axis" in opdef.attrs:
+        axes = [attrs["axis"]]
+    elif len(ins) > 1 and ins[1] is not None:
+        axes_value = graph.const_value(ins[1])
+        if axes_value is None:
+            return False
+        axes = [int(a) for a in axes_value.ravel()]
+        if not attrs.get("keepdims", 1):
+            return False
+        if any(v is not None for v in ins[2:]):
+            return False
+    else:
+        return False
+    if len(axes) != 1 or axes[0] % rank != rank - 1:
+        return False
+    out_shape = node.output_types[0].shape
+    return out_shape in (in_type.shape, tuple(in_type.shape[:-1]) + (1,))
+
+
+def _row_shape(shape: Shape) -> Shape:
+    return tuple(shape[:-1]) + (1,)
+
+
+@register_pass
+class FusePass(Pass):
+    name = "fuse"
+    min_level = 2
+    description = "group elementwise regions, row reductions and contraction epilogues into tlc.Fused nodes"
+
+    def run(self, graph: Graph) -> PassResult:
+        result = PassResult()
+        part = _Partition(graph)
+        groups: list[tuple[str, list[int]]] = []
+        for node in part.order:
+            opdef = lookup(node.op, node.domain)
+            if (opdef is not None and opdef.has(Trait.CONTRACTION) and node.id not in part.group_of
+                    and _value_types_ok(graph, node, KERNEL_DTYPES)):
+                chain = self._epilogue(part, node)
+                if len(chain) > 1:
+                    groups.append(("epilogue", self._claim(part, chain, len(groups))))
+        for node in part.order:
+            if node.id not in part.group_of and _last_axis_reduction(graph, node):
+                full = graph.type_of(graph.inputs_of(node)[0]).shape
+                members = self._grow(part, node, {full, _row_shape(full)})
+                groups.append(("reduction", self._claim(part, members, len(groups))))
+        for node in part.order:
+            if node.id not in part.group_of and _elementwise(graph, node):
+                members = self._grow(part, node, {node.output_types[0].shape})
+                groups.append(("elementwise", self._claim(part, members, len(groups))))
+        for kind, members in groups:
+            self._outline(graph, part, kind, members)
+            result.count(f"groups_{kind}")
+            result.count("nodes_fused", len(members))
+        return result
+
+    # ---------------------------------------------------------------- finding groups
+    @staticmethod
+    def _claim(part: _Partition, members: Iterable[int], group: int) -> list[int]:
+        ordered = sorted(members, key=part.index.__getitem__)
+        for m in ordered:
+            part.group_of[m] = group
+        return ordered
+
+    def _epilogue(self, part: _Partition, root: Node) -> list[int]:
+        graph = part.graph
+        chain = [root.id]
+        tail = root.outputs[0]
+        shape = graph.type_of(tail).shape
+        while graph.num_uses(tail) == 1 and not graph.is_output(tail):
+            (user, _), = graph.users(tail)
+            if (user.id in part.group_of or not _elementwise(graph, user) or user.output_types[0].shape != shape
+                    or user.output_types[0].dtype not in KERNEL_DTYPES
+                    or sum(1 for v in graph.inputs_of(user) if v == tail) != 1
+                    or not part.convex(set(chain) | {user.id})):
+                break
+            chain.append(user.id)
+            tail = user.outputs[0]
+        return chain
+
+    def _grow(self, part: _Partition, seed: Node, shapes: set[Shape]) -> set[int]:
+        """Grow a convex region from ``seed`` over eligible neighbours whose shapes are in ``shapes``."""
+        graph = part.graph
+        members = {seed.id}
+        frontier = [seed]
+        reduction = len(shapes) > 1
+        while frontier:
+            node = frontier.pop(0)
+            neighbours = [graph.node(v.node) for v in graph.inputs_of(node) if v is not None]
+            neighbours += [u for v in node.outputs for u, _ in graph.users(v)]
+            for cand in sorted(neighbours, key=lambda n: part.index[n.id]):
+                if cand.id in members or cand.id in part.group_of:
+                    continue
+                if not self._fits(graph, cand, shapes, reduction):
+                    continue
+                if not part.convex(members | {cand.id}):
+                    continue
+                members.add(cand.id)
+                frontier.append(cand)
+        return members
+
+    @staticmethod
+    def _fits(graph: Graph, node: Node, shapes: set[Shape], reduction: bool) -> bool:
+        if _elementwise(graph, node):
+            return node.output_types[0].shape in shapes
+        if reduction and _last_axis_reduction(graph, node):
+            return graph.type_of(graph.inputs_of(node)[0]).shape in shapes
+        return False
+
+    # ---------------------------------------------------------------- outlining
+    def _outline(self, graph: Graph, part: _Partition, kind: str, members: list[int]) -> None:
+        member_set = set(members)
+        nodes = [graph.node(m) for m in members]
+        body = Graph(graph.fresh_name("fused_body"), opset=dict(graph.opset))
+        mapping: dict[Value, Value] = {}
+        outer_inputs: list[Value] = []
+        for node in nodes:
+            for v in graph.inputs_of(node):
+                if v is None or v.node in member_set or v in mapping:
+                    continue
+                array = graph.const_value(v)
+                name = graph.value_name(v)
+                if array is not None and array.size == 1:
+                    mapping[v] = body.constant(array, name=name)
+                else:
+                    t = graph.type_of(v)
+                    mapping[v] = body.input(name, t.dtype, t.shape)
+                    outer_inputs.append(v)
+            outs = body.add_node(node.op, [None if v is None else mapping[v] for v in graph.inputs_of(node)],
+                                 domain=node.domain, name=node.name, output_names=list(node.output_names),
+                                 attrs=node.attrs)
+            outs = (outs,) if isinstance(outs, Value) else outs
+            for old, new in zip(node.outputs, outs):
+                mapping[old] = new
+        escaping: list[Value] = []
+        for node in nodes:
+            for v in node.outputs:
+                if graph.is_output(v) or any(u.id not in member_set for u, _ in graph.users(v)):
+                    escaping.append(v)
+        if not escaping:
+            return  # nothing of the group is used: leave it to dce
+        for v in escaping:
+            body.output(mapping[v], graph.value_name(v))
+        names = [graph.value_name(v) for v in escaping]
+        fused_name = graph.fresh_name(f"fused_{kind}")
+        temp_names = [graph.fresh_name(f"{fused_name}_out{i}") for i in range(len(escaping))]
+        fused = graph.add_node("Fused", outer_inputs, domain=TLC_DOMAIN, name=fused_name, output_names=temp_names,
+                               body=body, kind=kind)
+        fused = (fused,) if isinstance(fused, Value) else fused
+        for old, new in zip(escaping, fused):
+            graph.replace_all_uses(old, new)
+        for node in reversed(nodes):
+            graph.erase(node)
+        for new, name in zip(fused, names):
+            graph.rename_value(new, name)
