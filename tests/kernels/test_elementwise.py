@@ -36,9 +36,7 @@ PATTERNS = [  # (x shape, b shape, concrete x, concrete b)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize(
-    "pattern", PATTERNS, ids=lambda p: "x".join(map(str, p[2])) + "+" + "x".join(map(str, p[3]))
-)
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: "x".join(map(str, p[2])) + "+" + "x".join(map(str, p[3])))
 def test_broadcast_patterns_match_reference(kcache, dtype, pattern):
     x_shape, b_shape, xc, bc = pattern
     body = affine_tanh(dtype, x_shape, b_shape)
@@ -172,9 +170,7 @@ def all_ops_body(dtype: str) -> Graph:
     g.output(g.add_node("Mod", [x, y]), "o_mod")
     g.output(g.add_node("Pow", [x, g.constant(np.array(3, dtype))]), "o_cube")
     g.output(g.add_node("Pow", [x, g.constant(np.array(-2, dtype))]), "o_inverse_square")
-    g.output(
-        g.add_node("Clip", [x, g.constant(np.array(-0.5, dtype)), g.constant(np.array(0.7, dtype))]), "o_clip"
-    )
+    g.output(g.add_node("Clip", [x, g.constant(np.array(-0.5, dtype)), g.constant(np.array(0.7, dtype))]), "o_clip")
     g.output(g.add_node("Gelu", [x], approximate="tanh"), "o_gelu_tanh")
     less = g.add_node("Less", [x, y])
     g.output(g.add_node("Where", [less, x, y]), "o_where")
@@ -263,9 +259,7 @@ def test_model_names_never_reach_the_source(kcache):
     for needle in ("pwned", "__import__", "system", "'''", EVIL[:3]):
         assert needle not in kernel.source
     rng = np.random.default_rng(10)
-    check_against_reference(
-        kernel, g, [random_array(rng, (33,), "float32"), random_array(rng, (1,), "float32")]
-    )
+    check_against_reference(kernel, g, [random_array(rng, (33,), "float32"), random_array(rng, (1,), "float32")])
 
 
 def test_compile_errors_say_why(kcache):

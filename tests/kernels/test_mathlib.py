@@ -85,11 +85,7 @@ def ulp_errors(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
         rounded = ref.astype(dtype)
         spacing = np.spacing(np.abs(rounded)).astype(ref.dtype)
         err = np.abs(got.astype(ref.dtype) - ref) / spacing
-        same = (
-            (np.isnan(got) & np.isnan(ref))
-            | (np.isinf(got) & (got == rounded))
-            | (got.astype(ref.dtype) == ref)
-        )
+        same = (np.isnan(got) & np.isnan(ref)) | (np.isinf(got) & (got == rounded)) | (got.astype(ref.dtype) == ref)
     err = np.where(same, 0.0, err)
     return np.where(np.isnan(err), np.inf, err)
 
@@ -154,9 +150,7 @@ def test_exp_subnormal_results_and_overflow_threshold():
     with np.errstate(over="ignore"):
         want = np.exp(x.astype(np.float64)).astype(np.float32)  # -100 and -103 give subnormals
     assert ulp_errors(out, np.exp(x.astype(np.float64))).max() <= 1
-    assert (
-        np.isfinite(out[3]) and np.isinf(out[4]) and out[0] == want[0] and out[0] < np.finfo(np.float32).tiny
-    )
+    assert np.isfinite(out[3]) and np.isinf(out[4]) and out[0] == want[0] and out[0] < np.finfo(np.float32).tiny
 
 
 def test_pow_f32_special_cases_match_numpy_and_accuracy():

@@ -5,88 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_helpers import check_against_reference, compile_for, random_array
+from kernel_helpers import check_against_reference, compile_for, random_array, stand_in_ops
 
 from tlc.errors import CompileError
 from tlc.ir import Graph
-from tlc.ir.types import TensorType
 from tlc.kernels.schedule import schedule_rows
-from tlc.ops import registry
-from tlc.ops.infer import normalize_axis
-from tlc.ops.reduce import REDUCE, REDUCE_ATTRS, _reduce_infer, reduce_axes
-from tlc.ops.registry import Attr, OpDef, Trait
-
-
-def _reduction_def(name: str, fn) -> OpDef:
-    def ref(x, axes=None, *, keepdims, noop_with_empty_axes):
-        ax = reduce_axes(x.ndim, axes, noop_with_empty_axes)
-        return np.asarray(fn(x, axis=ax, keepdims=bool(keepdims))).astype(x.dtype)
-
-    return OpDef(
-        name=name, infer=_reduce_infer, reference=ref, inputs=(1, 2), attrs=dict(REDUCE_ATTRS), traits=REDUCE
-    )
-
-
-def _layer_norm(x, scale, bias=None, *, axis, epsilon, stash_type):
-    mean = x.mean(axis=-1, keepdims=True)
-    inv = 1 / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + epsilon)
-    y = (x - mean) * inv * scale + (0 if bias is None else bias)
-    return [y.astype(x.dtype), mean.astype(x.dtype), inv.astype(x.dtype)]
-
-
-def _log_softmax(x, axis):
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    return (shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))).astype(x.dtype)
-
-
-def _layer_norm_infer(ctx):
-    t = ctx.type(0)
-    reduced = TensorType(t.dtype, t.shape[:-1] + (1,))
-    return [t, reduced, reduced][: ctx.node.num_outputs]
-
-
-def _log_softmax_infer(ctx):
-    normalize_axis(ctx.attrs["axis"], ctx.type(0).rank, ctx)
-    return [ctx.type(0)]
-
-
-PURE = frozenset({Trait.PURE, Trait.FOLDABLE, Trait.REDUCTION})
-STAND_INS = [
-    _reduction_def("ReduceMax", np.max),
-    _reduction_def("ReduceMin", np.min),
-    _reduction_def("ReduceMean", np.mean),
-    _reduction_def("ReduceSumSquare", lambda x, axis, keepdims: np.sum(x * x, axis=axis, keepdims=keepdims)),
-    _reduction_def(
-        "ReduceL2", lambda x, axis, keepdims: np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
-    ),
-    OpDef(
-        name="LogSoftmax",
-        infer=_log_softmax_infer,
-        attrs={"axis": Attr("int", -1)},
-        traits=PURE,
-        reference=lambda x, *, axis: _log_softmax(x, axis),
-    ),
-    OpDef(
-        name="LayerNormalization",
-        infer=_layer_norm_infer,
-        reference=_layer_norm,
-        inputs=(2, 3),
-        outputs=lambda attrs, n: 3,
-        traits=PURE,
-        attrs={"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5), "stash_type": Attr("int", 1)},
-    ),
-]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def stand_in_ops():
-    """ONNX ops the registry does not hold yet, registered for this module only (the real ones win)."""
-    added = [op for op in STAND_INS if not registry.is_registered(op.name)]
-    for op in added:
-        registry._REGISTRY[("", op.name)] = op
-    yield
-    for op in added:
-        del registry._REGISTRY[("", op.name)]
+def _stand_ins():
+    with stand_in_ops():
+        yield
 
 
 def axes(g: Graph):
@@ -152,9 +81,7 @@ def test_softmax_and_log_softmax_are_stable_and_handle_inf_and_nan(kcache):
     assert kernel.source.count("ml.exp_f32") == 2  # once per function (serial, parallel)
 
 
-@pytest.mark.parametrize(
-    "op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSumSquare", "ReduceL2"]
-)
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSumSquare", "ReduceL2"])
 def test_last_axis_reductions_with_nan(kcache, op):
     g = Graph(op)
     x = g.input("x", "float64", ("N", "L"))
