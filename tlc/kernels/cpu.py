@@ -120,9 +120,7 @@ def _bases(layout: Layout, outer: int) -> list[ast.stmt]:
     for k, flags in enumerate(layout.flags):
         terms = [M.binop(M.name(f"i{d}"), "*", M.name(f"s{k}_{d}")) for d in range(outer) if flags[d]]
         stmts.append(M.assign(f"b{k}", _sum(terms)))
-    stmts.append(
-        M.assign("bo", _sum([M.binop(M.name(f"i{d}"), "*", M.name(f"so_{d}")) for d in range(outer)]))
-    )
+    stmts.append(M.assign("bo", _sum([M.binop(M.name(f"i{d}"), "*", M.name(f"so_{d}")) for d in range(outer)])))
     return stmts
 
 
@@ -150,9 +148,7 @@ def _elementwise_body(plan: KernelPlan, variant: Variant, parallel: bool) -> lis
     inner = layout.ndim - 1
     stmts = _prologue(layout, plan)
     stmts.append(
-        M.assign(
-            "nb", M.binop(M.binop(M.name(f"n{inner}"), "+", M.integer(BLOCK - 1)), "//", M.integer(BLOCK))
-        )
+        M.assign("nb", M.binop(M.binop(M.name(f"n{inner}"), "+", M.integer(BLOCK - 1)), "//", M.integer(BLOCK)))
     )
     stmts.append(M.assign("ntasks", _product([f"n{d}" for d in range(inner)] + ["nb"])))
     task = [
@@ -161,9 +157,7 @@ def _elementwise_body(plan: KernelPlan, variant: Variant, parallel: bool) -> lis
     ]
     task += _split_index("outer", layout, inner) + _bases(layout, inner)
     task.append(M.assign("lo", M.binop(M.name("blk"), "*", M.integer(BLOCK))))
-    task.append(
-        M.assign("hi", M.call("min", M.binop(M.name("lo"), "+", M.integer(BLOCK)), M.name(f"n{inner}")))
-    )
+    task.append(M.assign("hi", M.call("min", M.binop(M.name("lo"), "+", M.integer(BLOCK)), M.name(f"n{inner}"))))
     element: list[ast.stmt] = []
     for var, k in plan.loads:
         if layout.flags[k][inner]:
@@ -203,9 +197,7 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
     stmts.append(
         M.assign(
             "ntasks",
-            M.binop(
-                M.binop(M.name("rows"), "+", M.binop(M.name("per"), "-", M.integer(1))), "//", M.name("per")
-            ),
+            M.binop(M.binop(M.name("rows"), "+", M.binop(M.name("per"), "-", M.integer(1))), "//", M.name("per")),
         )
     )
     for dtype in sorted(plan.row_length):
@@ -217,11 +209,7 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
     task.append(M.assign("r0", M.binop(M.name("task"), "*", M.name("per"))))
     task.append(M.assign("r1", M.call("min", M.binop(M.name("r0"), "+", M.name("per")), M.name("rows"))))
     row = _split_index("r", layout, outer) + _bases(layout, outer)
-    row += [
-        M.assign(var, M.index(f"in{k}", _at(M.name(f"b{k}"))))
-        for var, k in plan.loads
-        if not layout.flags[k][-1]
-    ]
+    row += [M.assign(var, M.index(f"in{k}", _at(M.name(f"b{k}")))) for var, k in plan.loads if not layout.flags[k][-1]]
     scalar_steps = [s for s in plan.steps if isinstance(s, ScalarOp) and s.target in sched.ready]
     for p in range(sched.npasses + 1):
         row += _ops(plan, {s.target for s in scalar_steps if sched.ready[s.target] == p})

@@ -149,9 +149,7 @@ def module_source(docstring: str, imports: list[str], body: list[ast.stmt]) -> s
     stmts: list[ast.stmt] = [ast.Expr(ast.Constant(docstring))]
     for line in imports:
         parts = line.split(" as ")
-        alias = ast.alias(
-            ".".join(ident(p) for p in parts[0].split(".")), ident(parts[1]) if len(parts) > 1 else None
-        )
+        alias = ast.alias(".".join(ident(p) for p in parts[0].split(".")), ident(parts[1]) if len(parts) > 1 else None)
         stmts.append(ast.Import([alias]))
     stmts.append(ast.ImportFrom("numba", [ast.alias("njit"), ast.alias("prange")], 0))
     module = ast.Module(stmts + body, [])

@@ -17,10 +17,9 @@ from ..errors import CompileError
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import Trait, opdef_of
-from ..ops.fused import body_with_input_types
 from .cache import KernelCache
 from .kernel import Kernel, KernelOptions
-from .plan import build_plan
+from .plan import build_plan, typed_body
 
 
 def _contraction(body: Graph) -> Node:
@@ -83,9 +82,7 @@ def split_epilogue(body: Graph) -> tuple[Graph, Graph]:
 
 def _used_beyond(body: Graph, node: Node, head: Node) -> bool:
     """Whether ``node`` feeds anything besides the contraction (constants used only there stay out)."""
-    return any(
-        body.is_output(v) or any(user.id != head.id for user, _ in body.users(v)) for v in node.outputs
-    )
+    return any(body.is_output(v) or any(user.id != head.id for user, _ in body.users(v)) for v in node.outputs)
 
 
 def _type_parts(t: TensorType | None) -> tuple[str, tuple | None]:
@@ -126,21 +123,18 @@ class EpilogueKernel(Kernel):
         cache: KernelCache,
         target: str = "cpu",
     ):
-        typed = body_with_input_types(body, list(input_types))
+        typed = typed_body(body, list(input_types))
         self._head = _contraction(typed)
         _, self._rest_inputs = epilogue_inputs(typed)
         position = {n.id: i for i, n in enumerate(typed.inputs)}
         # per contraction input port: a body input position, a constant array, or None (absent)
         self._head_args: list[int | np.ndarray | None] = [
-            None if v is None else position.get(v.node, typed.const_value(v))
-            for v in typed.inputs_of(self._head)
+            None if v is None else position.get(v.node, typed.const_value(v)) for v in typed.inputs_of(self._head)
         ]
         contraction, rest = split_epilogue(typed)
         self._opdef = opdef_of(self._head)
         rest_types = [n.output_types[0] for n in rest.inputs]
-        super().__init__(
-            build_plan(body_with_input_types(rest, rest_types), "elementwise"), options, cache, target
-        )
+        super().__init__(build_plan(typed_body(rest, rest_types), "elementwise"), options, cache, target)
         self.kind = "epilogue"
         self.contraction_body = contraction
 

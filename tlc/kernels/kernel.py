@@ -9,6 +9,7 @@ function; the parallel one runs when the work is large enough and is compiled th
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -21,11 +22,10 @@ from numba.core.errors import NumbaError
 from ..errors import CompileError, DTypeMismatchError, ShapeMismatchError
 from ..ir.graph import Graph
 from ..ir.types import TensorType
-from ..ops.fused import body_with_input_types
 from .cache import KernelCache, default_cache
 from .cpu import Variant, render_module
 from .layout import Layout, concrete_layout, make_layout
-from .plan import KernelPlan, build_plan
+from .plan import KernelPlan, build_plan, typed_body
 
 PARALLEL_MIN_ELEMENTS = 1 << 16  # below this, thread start-up costs more than it saves
 
@@ -48,12 +48,15 @@ class Kernel:
         self._cache = cache
         self._variants: dict[Variant, object] = {}
         self._lock = threading.Lock()
+        self._shapes: dict[tuple, tuple] = {}  # input shapes -> (layout, dims, elements, output shapes)
+        self._constant_arrays = [plan.constants[i] for i in sorted(plan.constants)]
+        self._num_inputs = len(plan.operands) - len(plan.constants)
+        self._operand_dtypes = [np.dtype(op.dtype) for op in plan.operands]
+        self._output_dtypes = [np.dtype(o.dtype) for o in plan.outputs]
         full = plan.full_shape
         self.layout = make_layout(full, [op.shape for op in plan.operands], row=plan.kind == "reduction")
         start = time.perf_counter()
-        module, self.cache_hit = self._compile(
-            Variant(self.layout, options.fast_math, (-1,) * len(plan.outputs))
-        )
+        module, self.cache_hit = self._compile(Variant(self.layout, options.fast_math, (-1,) * len(plan.outputs)))
         self.compile_seconds = time.perf_counter() - start
         self.source: str = module.__tlc_source__
         self.name = f"{self.kind}_{module.__tlc_key__[:12]}"
@@ -77,8 +80,7 @@ class Kernel:
             except Exception as exc:  # a damaged Numba cache entry: rebuild it once, then give up
                 if attempt:
                     raise CompileError(
-                        f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: "
-                        f"{type(exc).__name__}: {exc}"
+                        f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: {type(exc).__name__}: {exc}"
                     ) from exc
                 self._cache.purge(key)
         module.__tlc_source__ = source
@@ -89,9 +91,7 @@ class Kernel:
     def _signature(self, variant: Variant) -> tuple:
         arrays = [op.dtype for op in self.plan.operands]
         arrays += [
-            o.dtype
-            for m, o in enumerate(self.plan.outputs)
-            if not (m < len(variant.alias) and variant.alias[m] >= 0)
+            o.dtype for m, o in enumerate(self.plan.outputs) if not (m < len(variant.alias) and variant.alias[m] >= 0)
         ]
         return (numba.types.Array(numba.types.int64, 1, "C"),) + tuple(
             numba.types.Array(numba.from_dtype(np.dtype(d)), 1, "C") for d in arrays
@@ -106,34 +106,57 @@ class Kernel:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        plan = self.plan
-        if len(inputs) + len(plan.constants) != len(plan.operands) or len(outputs) != len(plan.outputs):
-            raise ShapeMismatchError(
-                f"kernel {self.name} takes {len(plan.operands) - len(plan.constants)} inputs "
-                f"and {len(plan.outputs)} outputs, got {len(inputs)} and {len(outputs)}"
-            )
-        arrays = [np.asarray(x) for x in inputs] + [plan.constants[i] for i in sorted(plan.constants)]
-        for i, (a, op) in enumerate(zip(arrays, plan.operands, strict=True)):
-            if a.dtype != np.dtype(op.dtype):
-                raise DTypeMismatchError(f"kernel {self.name}: input {i} is {a.dtype}, expected {op.dtype}")
-        try:
-            full = np.broadcast_shapes(*[a.shape for a in arrays])
-        except ValueError as exc:
-            raise ShapeMismatchError(f"kernel {self.name}: input shapes do not broadcast: {exc}") from None
-        if len(full) < len(plan.full_shape):
-            full = (1,) * (len(plan.full_shape) - len(full)) + full
-        self._check_outputs(outputs, full)
-        layout, dims = self._layout_for(full, [a.shape for a in arrays])
+        arrays = [np.asarray(x) for x in inputs]
+        arrays += self._constant_arrays
+        shapes = self._shapes.get(tuple(a.shape for a in arrays))
+        if shapes is None or len(inputs) != self._num_inputs or len(outputs) != len(self.plan.outputs):
+            shapes = self._prepare(inputs, arrays, outputs)
+        layout, dims, total, allowed = shapes
+        for i, (a, dtype) in enumerate(zip(arrays, self._operand_dtypes, strict=True)):
+            if a.dtype != dtype:
+                raise DTypeMismatchError(f"kernel {self.name}: input {i} is {a.dtype}, expected {dtype}")
+        for m, (o, dtype) in enumerate(zip(outputs, self._output_dtypes, strict=True)):
+            if not isinstance(o, np.ndarray) or not o.flags.c_contiguous or not o.flags.writeable:
+                raise ShapeMismatchError(f"kernel {self.name}: output {m} must be a writeable C-contiguous array")
+            if o.dtype != dtype:
+                raise DTypeMismatchError(f"kernel {self.name}: output {m} is {o.dtype}, expected {dtype}")
+            if o.shape not in allowed:
+                raise ShapeMismatchError(
+                    f"kernel {self.name}: output {m} has shape {o.shape}, expected {' or '.join(map(str, allowed))}"
+                )
         alias, arrays = self._aliasing(arrays, outputs, layout)
         module = self._module(Variant(layout, self.options.fast_math, alias))
         flat_in = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         flat_out = [o.reshape(-1) for m, o in enumerate(outputs) if alias[m] < 0]
-        total = int(np.prod(dims))
-        args = (np.asarray(dims, dtype=np.int64), *flat_in, *flat_out)
         if self.options.parallel and total >= PARALLEL_MIN_ELEMENTS and numba.get_num_threads() > 1:
-            self._run_parallel(module.kernel_parallel, args)
+            self._run_parallel(module.kernel_parallel, (dims, *flat_in, *flat_out))
         else:
-            module.kernel_serial(*args)
+            module.kernel_serial(dims, *flat_in, *flat_out)
+
+    def _prepare(self, inputs, arrays: list[np.ndarray], outputs) -> tuple:
+        """Layout, collapsed sizes and the accepted output shapes for these input shapes (memoized)."""
+        plan = self.plan
+        if len(inputs) != self._num_inputs or len(outputs) != len(plan.outputs):
+            raise ShapeMismatchError(
+                f"kernel {self.name} takes {self._num_inputs} inputs and {len(plan.outputs)} outputs, "
+                f"got {len(inputs)} and {len(outputs)}"
+            )
+        try:
+            full = np.broadcast_shapes(*[a.shape for a in arrays])
+        except ValueError as exc:
+            raise ShapeMismatchError(f"kernel {self.name}: input shapes do not broadcast: {exc}") from None
+        full = (1,) * (len(plan.full_shape) - len(full)) + full
+        allowed = (full, full[:-1] + (1,)) if self.kind == "reduction" and full else (full,)
+        in_shapes = [a.shape for a in arrays]
+        layout = self.layout
+        dims = layout.dims(full, in_shapes)
+        if dims is None:  # the arrays do not fit the compiled pattern (a symbolic dim is 1): another variant
+            layout = concrete_layout(full, in_shapes, row=self.kind == "reduction")
+            dims = layout.dims(full, in_shapes)
+        entry = (layout, np.asarray(dims, dtype=np.int64), math.prod(dims), allowed)
+        if len(self._shapes) < 64:
+            self._shapes[tuple(in_shapes)] = entry
+        return entry
 
     def _run_parallel(self, fn, args) -> None:
         wanted = self.options.num_threads
@@ -146,35 +169,6 @@ class Kernel:
             fn(*args)
         finally:
             numba.set_num_threads(previous)
-
-    def _check_outputs(self, outputs: Sequence[np.ndarray], full: tuple[int, ...]) -> None:
-        reduced = full[:-1] + (1,) if full else full
-        for m, (o, spec) in enumerate(zip(outputs, self.plan.outputs, strict=True)):
-            if not isinstance(o, np.ndarray) or not o.flags.c_contiguous or not o.flags.writeable:
-                raise ShapeMismatchError(
-                    f"kernel {self.name}: output {m} must be a writeable C-contiguous array"
-                )
-            if o.dtype != np.dtype(spec.dtype):
-                raise DTypeMismatchError(
-                    f"kernel {self.name}: output {m} is {o.dtype}, expected {spec.dtype}"
-                )
-            ok = o.shape == full or (
-                self.kind == "reduction" and o.shape == reduced and spec.shape[-1:] == (1,)
-            )
-            if not ok:
-                raise ShapeMismatchError(
-                    f"kernel {self.name}: output {m} has shape {o.shape}, expected {full}"
-                    + (f" or {reduced}" if self.kind == "reduction" else "")
-                )
-
-    def _layout_for(
-        self, full: tuple[int, ...], shapes: list[tuple[int, ...]]
-    ) -> tuple[Layout, tuple[int, ...]]:
-        dims = self.layout.dims(full, shapes)
-        if dims is not None:
-            return self.layout, dims
-        layout = concrete_layout(full, shapes, row=self.kind == "reduction")
-        return layout, layout.dims(full, shapes)
 
     def _aliasing(
         self, arrays: list[np.ndarray], outputs: Sequence[np.ndarray], layout: Layout
@@ -217,13 +211,11 @@ def compile_group(
     if target != "cpu":
         raise CompileError(f"target {target!r} is not supported by compile_group (supported: 'cpu')")
     if len(input_types) != len(body.inputs):
-        raise CompileError(
-            f"the body has {len(body.inputs)} inputs but {len(input_types)} input types were given"
-        )
+        raise CompileError(f"the body has {len(body.inputs)} inputs but {len(input_types)} input types were given")
     cache = cache or default_cache()
     if kind == "epilogue":
         from .epilogue import EpilogueKernel
 
         return EpilogueKernel(body, list(input_types), options, cache)
-    typed = body_with_input_types(body, list(input_types))
+    typed = typed_body(body, list(input_types))
     return Kernel(build_plan(typed, kind), options, cache, target)

@@ -76,9 +76,7 @@ def make_layout(full: Shape, shapes: Sequence[Shape], row: bool = False) -> Layo
             groups
             and a != last
             and groups[-1][-1] != last
-            and all(
-                _is_full(p[groups[-1][-1]], full[groups[-1][-1]]) == _is_full(p[a], full[a]) for p in padded
-            )
+            and all(_is_full(p[groups[-1][-1]], full[groups[-1][-1]]) == _is_full(p[a], full[a]) for p in padded)
         )
         if mergeable:
             groups[-1].append(a)

@@ -136,6 +136,18 @@ class PlanBuilder:
         return t
 
 
+def typed_body(body: Graph, input_types: list) -> Graph:
+    """``body`` re-typed for ``input_types``; a body those types do not fit cannot be compiled."""
+    from ..errors import TlcError
+    from ..ops.fused import body_with_input_types
+
+    try:
+        return body_with_input_types(body, list(input_types))
+    except TlcError as exc:
+        types = ", ".join(map(str, input_types))
+        raise CompileError(f"cannot type the group's body for inputs ({types}): {exc}") from exc
+
+
 def build_plan(body: Graph, kind: str) -> KernelPlan:
     """The plan of a typed body (see ``tlc.ops.fused.body_with_input_types``); CompileError if it has none."""
     from .rowops import expand_row_op  # rowops builds on PlanBuilder

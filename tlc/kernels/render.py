@@ -105,9 +105,7 @@ class ExprRenderer:
         if e.fn == "where":
             dtype = _first_dtype(ops[1:], out_dtype)
             cond = self._convert(ops[0], "bool")
-            return Typed(
-                self._temp(M.select(cond, self._convert(ops[1], dtype), self._convert(ops[2], dtype))), dtype
-            )
+            return Typed(self._temp(M.select(cond, self._convert(ops[1], dtype), self._convert(ops[2], dtype))), dtype)
         return self._arithmetic(e.fn, ops, _first_dtype(ops, out_dtype))
 
     def _comparison(self, fn: str, ops: list[Typed]) -> Typed:
@@ -185,18 +183,14 @@ def _int_or_float(int_fn: Callable, float_fn: Callable) -> Callable[[list[ast.ex
 
 def _sign(v: list[ast.expr], d: str) -> ast.expr:
     zero = M.number(0, d)
-    return M.select(
-        M.binop(v[0], ">", zero), M.number(1, d), M.select(M.binop(v[0], "<", zero), M.number(-1, d), v[0])
-    )
+    return M.select(M.binop(v[0], ">", zero), M.number(1, d), M.select(M.binop(v[0], "<", zero), M.number(-1, d), v[0]))
 
 
 _RENDER: dict[str, Callable[[list[ast.expr], str], ast.expr]] = {
     "add": lambda v, d: M.binop(v[0], "+", v[1]),
     "sub": lambda v, d: M.binop(v[0], "-", v[1]),
     "mul": lambda v, d: M.binop(v[0], "*", v[1]),
-    "div": _int_or_float(
-        lambda v, d: M.call("ml.int_div", v[0], v[1]), lambda v, d: M.binop(v[0], "/", v[1])
-    ),
+    "div": _int_or_float(lambda v, d: M.call("ml.int_div", v[0], v[1]), lambda v, d: M.binop(v[0], "/", v[1])),
     "max": lambda v, d: M.call("ml.maximum", v[0], v[1]),
     "min": lambda v, d: M.call("ml.minimum", v[0], v[1]),
     "mod": lambda v, d: M.binop(v[0], "%", v[1]),

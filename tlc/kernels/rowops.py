@@ -23,9 +23,7 @@ def expand_row_op(b: PlanBuilder, node: Node, opdef) -> list[str]:
     """Append the row form of ``node`` to the plan; returns the variable of each output."""
     recipe = _RECIPES.get((node.domain, node.op))
     if recipe is None:
-        b.fail(
-            node, "no row form for this op (supported: " + ", ".join(sorted(op for _, op in _RECIPES)) + ")"
-        )
+        b.fail(node, "no row form for this op (supported: " + ", ".join(sorted(op for _, op in _RECIPES)) + ")")
     return recipe(b, node, opdef.resolved_attrs(node))
 
 

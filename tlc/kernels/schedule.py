@@ -46,8 +46,7 @@ def schedule_rows(plan: KernelPlan, layout: Layout) -> RowSchedule:
         if isinstance(step, Reduce):
             if step.source not in s.element_pass:
                 raise CompileError(
-                    "cannot compile reduction group: a reduction reads a value that is "
-                    "broadcast along the row"
+                    "cannot compile reduction group: a reduction reads a value that is broadcast along the row"
                 )
             s.ready[step.target] = s.element_pass[step.source] + 1
             last = max(last, s.element_pass[step.source])
