@@ -28,7 +28,7 @@ import numba
 
 _HERE = Path(__file__).resolve().parent
 #: sources compiled into every kernel besides its own module (mathlib is inlined)
-_RUNTIME_SOURCES = ("mathlib.py", "bits.py", "_coefficients.py")
+_RUNTIME_SOURCES = ("mathlib.py", "bits.py", "_coefficients.py", "cudalib.py")
 
 
 def default_cache_dir() -> Path:

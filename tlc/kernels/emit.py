@@ -144,13 +144,14 @@ def keyword_call(func: str, **kwargs: object) -> ast.Call:
     return ast.Call(dotted(func), [], keywords)
 
 
-def module_source(docstring: str, imports: list[str], body: list[ast.stmt]) -> str:
-    """Source of a module: a docstring, ``import x as y`` lines (dotted names only) and ``body``."""
+def module_source(docstring: str, imports: list[str], body: list[ast.stmt], numba_names=("njit", "prange")) -> str:
+    """Source of a module: a docstring, ``import x as y`` lines (dotted names only), ``from numba import
+    <numba_names>`` and ``body``."""
     stmts: list[ast.stmt] = [ast.Expr(ast.Constant(docstring))]
     for line in imports:
         parts = line.split(" as ")
         alias = ast.alias(".".join(ident(p) for p in parts[0].split(".")), ident(parts[1]) if len(parts) > 1 else None)
         stmts.append(ast.Import([alias]))
-    stmts.append(ast.ImportFrom("numba", [ast.alias("njit"), ast.alias("prange")], 0))
+    stmts.append(ast.ImportFrom("numba", [ast.alias(ident(n)) for n in numba_names], 0))
     module = ast.Module(stmts + body, [])
     return ast.unparse(ast.fix_missing_locations(module)) + "\n"

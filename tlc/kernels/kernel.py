@@ -63,15 +63,13 @@ class Kernel:
 
     # ------------------------------------------------------------------ compilation
     def _compile(self, variant: Variant):
-        source = render_module(self.plan, variant)
+        source = self._render(variant)
         key = self._cache.key(source)
         hit = self._cache.cached(key) is not None
         for attempt in range(2):
             module = self._cache.load(key, source)
             try:
-                fn = module.kernel_serial
-                fn.compile(self._signature(variant))
-                hit = hit or bool(sum(fn.stats.cache_hits.values()))
+                hit = self._build(module, variant) or hit
                 break
             except NumbaError as exc:
                 raise CompileError(
@@ -87,6 +85,22 @@ class Kernel:
         module.__tlc_key__ = key
         self._variants[variant] = module
         return module, hit
+
+    # the target's part: source of a variant, compiling its module, running it -----------------------
+    def _render(self, variant: Variant) -> str:
+        return render_module(self.plan, variant)
+
+    def _build(self, module, variant: Variant) -> bool:
+        """Compile the serial function now (the parallel one on first use); True when Numba's cache had it."""
+        fn = module.kernel_serial
+        fn.compile(self._signature(variant))
+        return bool(sum(fn.stats.cache_hits.values()))
+
+    def _launch(self, module, dims: np.ndarray, total: int, flat_in: list, flat_out: list) -> None:
+        if self.options.parallel and total >= PARALLEL_MIN_ELEMENTS and numba.get_num_threads() > 1:
+            self._run_parallel(module.kernel_parallel, (dims, *flat_in, *flat_out))
+        else:
+            module.kernel_serial(dims, *flat_in, *flat_out)
 
     def _signature(self, variant: Variant) -> tuple:
         arrays = [op.dtype for op in self.plan.operands]
@@ -128,10 +142,7 @@ class Kernel:
         module = self._module(Variant(layout, self.options.fast_math, alias))
         flat_in = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         flat_out = [o.reshape(-1) for m, o in enumerate(outputs) if alias[m] < 0]
-        if self.options.parallel and total >= PARALLEL_MIN_ELEMENTS and numba.get_num_threads() > 1:
-            self._run_parallel(module.kernel_parallel, (dims, *flat_in, *flat_out))
-        else:
-            module.kernel_serial(dims, *flat_in, *flat_out)
+        self._launch(module, dims, total, flat_in, flat_out)
 
     def _prepare(self, inputs, arrays: list[np.ndarray], outputs) -> tuple:
         """Layout, collapsed sizes and the accepted output shapes for these input shapes (memoized)."""
@@ -208,11 +219,17 @@ def compile_group(
 ) -> Kernel:
     """Compile a ``tlc.Fused`` group's body for ``input_types`` (CompileError with a reason if it cannot)."""
     options = options or KernelOptions()
-    if target != "cpu":
-        raise CompileError(f"target {target!r} is not supported by compile_group (supported: 'cpu')")
+    if target not in ("cpu", "cuda"):
+        raise CompileError(f"target {target!r} is not supported by compile_group (supported: 'cpu', 'cuda')")
     if len(input_types) != len(body.inputs):
         raise CompileError(f"the body has {len(body.inputs)} inputs but {len(input_types)} input types were given")
     cache = cache or default_cache()
+    if target == "cuda":
+        from .cuda import CudaKernel
+
+        if kind != "elementwise":
+            raise CompileError(f"the cuda target compiles elementwise groups only, not {kind!r} groups")
+        return CudaKernel(build_plan(typed_body(body, list(input_types)), kind), options, cache)
     if kind == "epilogue":
         from .epilogue import EpilogueKernel
 

@@ -1,10 +1,12 @@
-"""CPU rendering of scalar expressions (``tlc.ops.expr``) into Numba-compilable Python ``ast``.
+"""Rendering of scalar expressions (``tlc.ops.expr``) into Numba-compilable Python ``ast``, for any target.
 
 Typing follows the expression contract: arithmetic happens in the dtype of its first typed operand (the
 node's output dtype when every operand is a constant), other operands and constants are converted to it,
 comparisons give bool. Every primitive result is assigned to its own variable (``t3_0``, ``t3_1`` ...),
 wrapped in its numpy scalar type so that Numba's integer widening and float64 literals never change the
-arithmetic. Transcendentals call ``tlc.kernels.mathlib``; constant integer powers become multiplications.
+arithmetic. Constant integer powers become multiplications. Functions (transcendentals, NaN-propagating
+max/min, C integer division ...) come from the target's ``Library``: ``tlc.kernels.mathlib`` on the CPU,
+libdevice and ``tlc.kernels.cudalib`` on CUDA.
 """
 
 from __future__ import annotations
@@ -20,8 +22,33 @@ from . import emit as M
 from .plan import ScalarOp
 
 FLOAT_ONLY = frozenset({"sqrt", "exp", "log", "tanh", "erf", "sin", "cos"})
-MATHLIB = frozenset({"exp", "log", "tanh", "erf"})
-_SUFFIX = {"float32": "f32", "float64": "f64"}
+SUFFIX = {"float32": "f32", "float64": "f64"}
+
+
+@dataclass(frozen=True)
+class Library:
+    """What a target's kernels call: ``function(name, dtype)`` is the dotted name of a function taking the
+    operands (None: draw the operator instead), ``imports`` what the generated module imports for them.
+
+    Names: exp log tanh erf sigmoid sqrt sin cos floor ceil rint fmod pow (float dtypes) and maximum minimum
+    int_div int_fmod int_pow (any numeric dtype).
+    """
+
+    imports: tuple[str, ...]
+    function: Callable[[str, str], str | None]
+
+
+def _cpu_function(name: str, dtype: str) -> str | None:
+    if name in ("exp", "log", "tanh", "erf", "sigmoid"):
+        return f"ml.{name}_{SUFFIX[dtype]}"
+    if name == "pow":  # float32: vectorizable, via float64; float64: libm pow through the ** operator
+        return "ml.pow_f32" if dtype == "float32" else None
+    if name in ("sqrt", "sin", "cos", "floor", "ceil", "rint", "fmod"):
+        return f"np.{name}"
+    return f"ml.{name}"
+
+
+CPU_LIBRARY = Library(("math", "numpy as np", "tlc.kernels.mathlib as ml"), _cpu_function)
 
 
 @dataclass
@@ -36,7 +63,8 @@ class Typed:
 class ExprRenderer:
     """Renders the ScalarOps of a plan; ``render(op)`` returns statements that assign ``op.target``."""
 
-    def __init__(self) -> None:
+    def __init__(self, library: Library = CPU_LIBRARY) -> None:
+        self.lib = library
         self._stmts: list[ast.stmt] = []
         self._prefix = ""
         self._count = 0
@@ -126,23 +154,23 @@ class ExprRenderer:
         if fn == "pow":
             return self._pow(ops, dtype)
         vals = [self._convert(o, dtype) for o in ops]
-        return self._typed(dtype, _RENDER[fn](vals, dtype))
+        return self._typed(dtype, _RENDER[fn](vals, dtype, self.lib))
 
     def _pow(self, ops: list[Typed], dtype: str) -> Typed:
         base, exponent = self._convert(ops[0], dtype), ops[1]
         small = _SMALL_POWERS.get(float(exponent.value)) if exponent.dtype is None else None
         if small is not None and (dtype in FLOAT_DTYPES or float(exponent.value) >= 0):
             return self._typed(dtype, small(base, dtype))
-        if dtype == "float32":
-            node = M.call("ml.pow_f32", base, self._convert(exponent, dtype))
-        elif dtype == "float64":  # libm pow: exact, but a scalar call
-            node = M.binop(base, "**", self._convert(exponent, dtype))
+        if dtype in FLOAT_DTYPES:
+            function = self.lib.function("pow", dtype)
+            power = self._convert(exponent, dtype)
+            node = M.call(function, base, power) if function else M.binop(base, "**", power)
         else:
-            node = M.call("ml.int_pow", base, self._convert(exponent, exponent.dtype or dtype))
+            node = M.call(self.lib.function("int_pow", dtype), base, self._convert(exponent, exponent.dtype or dtype))
         return self._typed(dtype, node)
 
     def _sigmoid(self, e: E.Expr, args: list[Typed | None], out_dtype: str) -> Typed | None:
-        """1 / (1 + exp(-x)) -> ml.sigmoid: exact for large -x where the quotient form overflows to 0."""
+        """1 / (1 + exp(-x)) -> sigmoid: exact for large -x where the quotient form overflows to 0."""
         if not (
             e.fn == "div"
             and _is_const(e.args[0], 1)
@@ -153,9 +181,9 @@ class ExprRenderer:
         ):
             return None
         x = self._emit(e.args[1].args[1].args[0].args[0], args, out_dtype)
-        if x.dtype not in _SUFFIX:
+        if x.dtype not in SUFFIX:
             return None
-        return Typed(self._temp(M.call(f"ml.sigmoid_{_SUFFIX[x.dtype]}", x.node)), x.dtype)
+        return Typed(self._temp(M.call(self.lib.function("sigmoid", x.dtype), x.node)), x.dtype)
 
 
 def _is_const(e: E.Expr, value: float) -> bool:
@@ -169,44 +197,47 @@ def _first_dtype(ops: list[Typed], default: str) -> str:
     return default if default != "bool" else "float64"
 
 
-def _mathlib(fn: str) -> Callable[[list[ast.expr], str], ast.expr]:
-    return lambda v, d: M.call(f"ml.{fn}_{_SUFFIX[d]}", v[0])
+Draw = Callable[[list[ast.expr], str, Library], ast.expr]
 
 
-def _np(fn: str) -> Callable[[list[ast.expr], str], ast.expr]:
-    return lambda v, d: M.call(f"np.{fn}", v[0])
+def _fn(name: str) -> Draw:
+    return lambda v, d, lib: M.call(lib.function(name, d), *v)
 
 
-def _int_or_float(int_fn: Callable, float_fn: Callable) -> Callable[[list[ast.expr], str], ast.expr]:
-    return lambda v, d: float_fn(v, d) if d in FLOAT_DTYPES else int_fn(v, d)
+def _int_or_float(int_draw: Draw, float_draw: Draw) -> Draw:
+    return lambda v, d, lib: float_draw(v, d, lib) if d in FLOAT_DTYPES else int_draw(v, d, lib)
 
 
-def _sign(v: list[ast.expr], d: str) -> ast.expr:
+def _same(v: list[ast.expr], d: str, lib: Library) -> ast.expr:
+    return v[0]
+
+
+def _sign(v: list[ast.expr], d: str, lib: Library) -> ast.expr:
     zero = M.number(0, d)
     return M.select(M.binop(v[0], ">", zero), M.number(1, d), M.select(M.binop(v[0], "<", zero), M.number(-1, d), v[0]))
 
 
-_RENDER: dict[str, Callable[[list[ast.expr], str], ast.expr]] = {
-    "add": lambda v, d: M.binop(v[0], "+", v[1]),
-    "sub": lambda v, d: M.binop(v[0], "-", v[1]),
-    "mul": lambda v, d: M.binop(v[0], "*", v[1]),
-    "div": _int_or_float(lambda v, d: M.call("ml.int_div", v[0], v[1]), lambda v, d: M.binop(v[0], "/", v[1])),
-    "max": lambda v, d: M.call("ml.maximum", v[0], v[1]),
-    "min": lambda v, d: M.call("ml.minimum", v[0], v[1]),
-    "mod": lambda v, d: M.binop(v[0], "%", v[1]),
-    "fmod": _int_or_float(lambda v, d: M.call("ml.int_fmod", v[0], v[1]), lambda v, d: M.call("np.fmod", *v)),
-    "neg": lambda v, d: M.neg(v[0]),
-    "abs": lambda v, d: M.call("abs", v[0]),
-    "sqrt": _np("sqrt"),
-    "exp": _mathlib("exp"),
-    "log": _mathlib("log"),
-    "tanh": _mathlib("tanh"),
-    "erf": _mathlib("erf"),
-    "sin": _np("sin"),
-    "cos": _np("cos"),
-    "floor": _int_or_float(lambda v, d: v[0], _np("floor")),
-    "ceil": _int_or_float(lambda v, d: v[0], _np("ceil")),
-    "round": _int_or_float(lambda v, d: v[0], _np("rint")),
+_RENDER: dict[str, Draw] = {
+    "add": lambda v, d, lib: M.binop(v[0], "+", v[1]),
+    "sub": lambda v, d, lib: M.binop(v[0], "-", v[1]),
+    "mul": lambda v, d, lib: M.binop(v[0], "*", v[1]),
+    "div": _int_or_float(_fn("int_div"), lambda v, d, lib: M.binop(v[0], "/", v[1])),
+    "max": _fn("maximum"),
+    "min": _fn("minimum"),
+    "mod": lambda v, d, lib: M.binop(v[0], "%", v[1]),
+    "fmod": _int_or_float(_fn("int_fmod"), _fn("fmod")),
+    "neg": lambda v, d, lib: M.neg(v[0]),
+    "abs": lambda v, d, lib: M.call("abs", v[0]),
+    "sqrt": _fn("sqrt"),
+    "exp": _fn("exp"),
+    "log": _fn("log"),
+    "tanh": _fn("tanh"),
+    "erf": _fn("erf"),
+    "sin": _fn("sin"),
+    "cos": _fn("cos"),
+    "floor": _int_or_float(_same, _fn("floor")),
+    "ceil": _int_or_float(_same, _fn("ceil")),
+    "round": _int_or_float(_same, _fn("rint")),
     "sign": _sign,
 }
 
