@@ -9,7 +9,7 @@ coefficients are either exact series terms or fitted by ``tlc.kernels.mathfit``.
 
 Every function handles the whole IEEE range: NaN in -> NaN out, +-inf, overflow to inf, gradual underflow
 through the subnormals, and the sign of -0.0 where the function is odd. Error bounds (max ulp against a
-higher-precision reference, measured by ``tests/kernels/test_mathlib.py`` over dense sweeps) are in each
+higher-precision reference, measured by ``tests/kernels/test_kernel_mathlib.py`` over dense sweeps) are in each
 docstring; the names are ``<function>_f32`` / ``<function>_f64``.
 
 NOTE: these are compiled without fast-math flags even inside a fast-math kernel (LLVM inlines them with their
