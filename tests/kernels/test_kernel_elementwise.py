@@ -295,3 +295,15 @@ def test_call_checks_outputs(kcache):
         kernel([x, b], [np.empty((4, 64), np.float32)])
     with pytest.raises(ShapeMismatchError):
         kernel([x, b], [np.empty((64, 3), np.float32).T])
+
+
+def test_special_constants_render_as_typed_numbers(kcache):
+    g = Graph("consts")
+    x = g.input("x", "float32", ("N",))
+    for i, value in enumerate([np.inf, -np.inf, np.nan, 0.1, -0.0, 3.4028235e38]):
+        g.output(g.add_node("Add", [x, g.constant(np.array(value, np.float32))]), f"o{i}")
+    g.output(g.add_node("Max", [x, g.constant(np.array(np.nan, np.float32))]), "max_nan")
+    kernel = compile_for(g, "elementwise", kcache)
+    assert "np.float32(math.inf)" in kernel.source and "np.float32(-math.inf)" in kernel.source
+    assert "np.float32(math.nan)" in kernel.source and "np.float32(0.10000000149011612)" in kernel.source
+    check_against_reference(kernel, g, [np.array([1.0, -2.0, np.inf, 3e38], np.float32)])
