@@ -61,6 +61,9 @@ class Kernel:
         self.source: str = module.__tlc_source__
         self.name = f"{self.kind}_{module.__tlc_key__[:12]}"
 
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name} ({self.target}, {len(self._variants)} variant(s), cache_hit={self.cache_hit})>"
+
     # ------------------------------------------------------------------ compilation
     def _compile(self, variant: Variant):
         source = self._render(variant)
@@ -157,12 +160,12 @@ class Kernel:
         except ValueError as exc:
             raise ShapeMismatchError(f"kernel {self.name}: input shapes do not broadcast: {exc}") from None
         full = (1,) * (len(plan.full_shape) - len(full)) + full
-        allowed = (full, full[:-1] + (1,)) if self.kind == "reduction" and full else (full,)
+        allowed = (full, full[:-1] + (1,)) if self.plan.kind == "reduction" and full else (full,)
         in_shapes = [a.shape for a in arrays]
         layout = self.layout
         dims = layout.dims(full, in_shapes)
         if dims is None:  # the arrays do not fit the compiled pattern (a symbolic dim is 1): another variant
-            layout = concrete_layout(full, in_shapes, row=self.kind == "reduction")
+            layout = concrete_layout(full, in_shapes, row=self.plan.kind == "reduction")
             dims = layout.dims(full, in_shapes)
         entry = (layout, np.asarray(dims, dtype=np.int64), math.prod(dims), allowed)
         if len(self._shapes) < 64:
@@ -192,7 +195,7 @@ class Kernel:
                 if not np.may_share_memory(a, o):
                     continue
                 same = (
-                    self.kind == "elementwise"
+                    self.plan.kind == "elementwise"
                     and a.shape == o.shape
                     and a.dtype == o.dtype
                     and a.flags.c_contiguous
