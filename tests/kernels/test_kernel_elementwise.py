@@ -307,3 +307,20 @@ def test_special_constants_render_as_typed_numbers(kcache):
     assert "np.float32(math.inf)" in kernel.source and "np.float32(-math.inf)" in kernel.source
     assert "np.float32(math.nan)" in kernel.source and "np.float32(0.10000000149011612)" in kernel.source
     check_against_reference(kernel, g, [np.array([1.0, -2.0, np.inf, 3e38], np.float32)])
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "uint64"])
+def test_other_integer_widths_wrap_and_divide_like_numpy(kcache, dtype):
+    g = Graph("widths")
+    a = g.input("a", dtype, ("N",))
+    b = g.input("b", dtype, ("N",))
+    for op in ("Add", "Sub", "Mul", "Div", "Max", "Greater"):
+        g.output(g.add_node(op, [a, b]), f"o_{op}")
+    g.output(g.add_node("Mod", [a, b], fmod=1), "o_fmod")
+    kernel = compile_for(g, "elementwise", kcache)
+    rng = np.random.default_rng(11)
+    info = np.iinfo(dtype)
+    x = rng.integers(max(info.min, -100), min(info.max, 250), 64).astype(dtype)
+    y = rng.integers(1, 50, 64).astype(dtype)
+    with np.errstate(over="ignore"):
+        check_against_reference(kernel, g, [x, y])
