@@ -1,0 +1,70 @@
+"""The CUDA renderer under Numba's simulator (tests/conftest.py sets NUMBA_ENABLE_CUDASIM=1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_helpers import check_against_reference, random_array
+
+from tlc.errors import CompileError
+from tlc.ir import Graph, TensorType
+from tlc.kernels import compile_group
+
+cuda = pytest.importorskip("numba.cuda")
+pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="no CUDA device and no simulator")
+
+
+def chain(dtype: str) -> Graph:
+    g = Graph("cuda_chain")
+    x = g.input("x", dtype, ("N", 8))
+    b = g.input("b", dtype, (8,))
+    h = g.add_node("Add", [x, b])
+    g.output(g.add_node("Mul", [g.add_node("Sigmoid", [h]), g.add_node("Tanh", [h])]), "y")
+    g.output(
+        g.add_node(
+            "Where",
+            [
+                g.add_node("Less", [x, b]),
+                g.add_node("Pow", [x, g.constant(np.array(2, dtype))]),
+                g.add_node("Erf", [x]),
+            ],
+        ),
+        "z",
+    )
+    g.output(g.add_node("Max", [x, b]), "m")
+    return g
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_elementwise_matches_reference(kcache, dtype):
+    body = chain(dtype)
+    kernel = compile_group(
+        body, "elementwise", [TensorType(dtype, ("N", 8)), TensorType(dtype, (8,))], target="cuda", cache=kcache
+    )
+    assert kernel.target == "cuda" and "cuda.grid(1)" in kernel.source and "cl.tanh_" in kernel.source
+    rng = np.random.default_rng(0)
+    x = random_array(rng, (5, 8), dtype)
+    x[0, 0] = np.nan
+    check_against_reference(kernel, body, [x, random_array(rng, (8,), dtype)], tolerance=(1e-5, 1e-6))
+    check_against_reference(kernel, body, [random_array(rng, (0, 8), dtype), random_array(rng, (8,), dtype)])
+
+
+def test_cuda_integer_ops_and_in_place(kcache):
+    g = Graph("cuda_int")
+    a = g.input("a", "int32", ("N",))
+    b = g.input("b", "int32", ("N",))
+    g.output(g.add_node("Add", [g.add_node("Div", [a, b]), g.add_node("Mod", [a, b], fmod=1)]), "q")
+    kernel = compile_group(g, "elementwise", [TensorType("int32", ("N",))] * 2, target="cuda", cache=kcache)
+    a_val = np.array([7, -7, 7, -7, 0], np.int32)
+    b_val = np.array([2, 2, -2, -2, 3], np.int32)
+    want = (np.trunc(a_val / b_val) + np.fmod(a_val, b_val)).astype(np.int32)
+    kernel([a_val, b_val], [a_val])  # written over an input
+    np.testing.assert_array_equal(a_val, want)
+
+
+def test_cuda_refuses_reductions(kcache):
+    g = Graph("r")
+    x = g.input("x", "float32", (4, 4))
+    g.output(g.add_node("Softmax", [x]), "y")
+    with pytest.raises(CompileError, match="elementwise"):
+        compile_group(g, "reduction", [TensorType("float32", (4, 4))], target="cuda", cache=kcache)

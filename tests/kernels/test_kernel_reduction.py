@@ -1,0 +1,170 @@
+"""Row (reduction) kernels against the reference executor: layer norm and softmax decomposed and whole,
+last-axis reductions, NaN and infinities, empty and single rows, views, parallel rows, and refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kernel_helpers import check_against_reference, compile_for, random_array, stand_in_ops
+
+from tlc.errors import CompileError
+from tlc.ir import Graph
+from tlc.kernels.schedule import schedule_rows
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stand_ins():
+    with stand_in_ops():
+        yield
+
+
+def axes(g: Graph):
+    return g.constant(np.array([-1], np.int64))
+
+
+def decomposed_layer_norm(dtype: str, shape, with_pow: bool) -> Graph:
+    """x - mean, squared, mean, + eps, sqrt, divide, * gamma + beta; outputs y and the mean."""
+    g = Graph("ln")
+    x = g.input("x", dtype, shape)
+    gamma, beta = g.input("gamma", dtype, shape[-1:]), g.input("beta", dtype, shape[-1:])
+    mean = g.add_node("ReduceMean", [x, axes(g)])
+    d = g.add_node("Sub", [x, mean])
+    sq = g.add_node("Pow", [d, g.constant(np.array(2, dtype))]) if with_pow else g.add_node("Mul", [d, d])
+    var = g.add_node("ReduceMean", [sq, axes(g)])
+    den = g.add_node("Sqrt", [g.add_node("Add", [var, g.constant(np.array(1e-5, dtype))])])
+    y = g.add_node("Add", [g.add_node("Mul", [g.add_node("Div", [d, den]), gamma]), beta])
+    g.output(y, "y")
+    g.output(mean, "mean")
+    return g
+
+
+def inputs_for(body: Graph, shapes, rng, dtype="float32"):
+    return [random_array(rng, s, dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("dtype,with_pow", [("float32", True), ("float64", False)])
+def test_decomposed_layer_norm(kcache, dtype, with_pow):
+    body = decomposed_layer_norm(dtype, ("B", "T", 96), with_pow)
+    kernel = compile_for(body, "reduction", kcache)
+    rng = np.random.default_rng(0)
+    for b, t in [(2, 5), (1, 1), (0, 3), (3, 0)]:
+        x = random_array(rng, (b, t, 96), dtype) * 3 + 1
+        check_against_reference(
+            kernel,
+            body,
+            [x, random_array(rng, (96,), dtype), random_array(rng, (96,), dtype)],
+            tolerance=(1e-4, 1e-5) if dtype == "float32" else (1e-11, 1e-12),
+        )
+    sched = schedule_rows(kernel.plan, kernel.layout)
+    assert sched.npasses == 3  # sum x | sum (x - mean)^2 | write
+    assert "ml.pow_f32" not in kernel.source  # Pow(d, 2) is d * d
+    ir = "\n".join(next(iter(kernel._variants.values())).kernel_serial.inspect_llvm().values())
+    assert ("<8 x float>" if dtype == "float32" else "<4 x double>") in ir
+
+
+def test_softmax_and_log_softmax_are_stable_and_handle_inf_and_nan(kcache):
+    g = Graph("sm")
+    x = g.input("x", "float32", ("N", 50))
+    g.output(g.add_node("Softmax", [x], axis=-1), "p")
+    g.output(g.add_node("LogSoftmax", [x], axis=1), "logp")
+    kernel = compile_for(g, "reduction", kcache)
+    rng = np.random.default_rng(1)
+    x = random_array(rng, (6, 50), "float32") * 30
+    x[0] += 1000.0  # large values: shifted by the row max
+    x[1, :10] = -np.inf  # masked entries
+    x[2, 7] = np.nan  # a NaN row stays NaN
+    x[3, :] = -np.inf  # all masked: NaN like numpy
+    with np.errstate(invalid="ignore"):
+        check_against_reference(kernel, g, [x], tolerance=(1e-5, 1e-6))
+    sched = schedule_rows(kernel.plan, kernel.layout)
+    assert sched.npasses == 3 and sched.materialized  # exp(x - max) is kept, not recomputed
+    assert kernel.source.count("ml.exp_f32") == 2  # once per function (serial, parallel)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSumSquare", "ReduceL2"])
+def test_last_axis_reductions_with_nan(kcache, op):
+    g = Graph(op)
+    x = g.input("x", "float64", ("N", "L"))
+    g.output(g.add_node(op, [x, g.constant(np.array([1], np.int64))]), "r")
+    kernel = compile_for(g, "reduction", kcache)
+    rng = np.random.default_rng(2)
+    x = random_array(rng, (7, 33), "float64")
+    x[2, 5] = np.nan
+    x[3, 1] = -np.inf
+    x[4, :] = -0.0
+    check_against_reference(kernel, g, [x])
+
+
+def test_integer_reductions_and_row_broadcast_inputs(kcache):
+    g = Graph("ints")
+    x = g.input("x", "int32", ("N", 16))
+    m = g.input("m", "int32", ("N", 1))
+    d = g.add_node("Sub", [x, m])  # m is per row: loaded once per row
+    g.output(g.add_node("ReduceSum", [d, axes(g)]), "s")
+    g.output(g.add_node("ReduceMax", [d, axes(g)]), "mx")
+    g.output(g.add_node("ReduceMin", [x, axes(g)]), "mn")
+    g.output(d, "d")
+    kernel = compile_for(g, "reduction", kcache)
+    rng = np.random.default_rng(3)
+    check_against_reference(
+        kernel,
+        g,
+        [rng.integers(-100, 100, (9, 16)).astype(np.int32), rng.integers(-5, 5, (9, 1)).astype(np.int32)],
+    )
+
+
+def test_layer_norm_op_with_mean_and_inv_std_outputs_in_parallel(kcache):
+    g = Graph("lnop")
+    x = g.input("x", "float32", ("N", 384))
+    scale, bias = g.input("s", "float32", (384,)), g.input("b", "float32", (384,))
+    y, mean, inv = g.add_node("LayerNormalization", [x, scale, bias], num_outputs=3, epsilon=1e-3)
+    g.output(y, "y")
+    g.output(mean, "mean")
+    g.output(inv, "inv")
+    kernel = compile_for(g, "reduction", kcache)
+    rng = np.random.default_rng(4)
+    big = random_array(rng, (256, 384), "float32")  # 98k elements: the parallel variant
+    check_against_reference(
+        kernel,
+        g,
+        [big[:, ::1], random_array(rng, (384,), "float32"), random_array(rng, (384,), "float32")],
+        tolerance=(1e-4, 1e-5),
+    )
+    assert next(iter(kernel._variants.values())).kernel_parallel.signatures
+    view = random_array(rng, (384, 8), "float32").T  # a non-contiguous view is copied first
+    check_against_reference(
+        kernel,
+        g,
+        [view, random_array(rng, (384,), "float32"), random_array(rng, (384,), "float32")],
+        tolerance=(1e-4, 1e-5),
+    )
+
+
+def _single(op: str, **attrs) -> Graph:
+    g = Graph("bad")
+    x = g.input("x", "float32", (4, 5))
+    ins = [x, g.constant(np.array(attrs.pop("axes"), np.int64))] if "axes" in attrs else [x]
+    g.output(g.add_node(op, ins, **attrs), "y")
+    return g
+
+
+@pytest.mark.parametrize(
+    "body,reason",
+    [
+        (lambda: _single("ReduceSum", axes=[0]), "last axis"),
+        (lambda: _single("ReduceSum", axes=[-1], keepdims=0), "keepdims"),
+        (lambda: _single("Softmax", axis=0), "last axis"),
+        (lambda: _single("MatMul"), "MatMul"),
+    ],
+)
+def test_unsupported_reductions_raise_compile_error(kcache, body, reason):
+    g = body() if reason != "MatMul" else _matmul()
+    with pytest.raises(CompileError, match=reason):
+        compile_for(g, "reduction", kcache)
+
+
+def _matmul() -> Graph:
+    g = Graph("mm")
+    x = g.input("x", "float32", (4, 4))
+    g.output(g.add_node("MatMul", [x, x]), "y")
+    return g

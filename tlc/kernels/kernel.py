@@ -1,0 +1,241 @@
+"""``compile_group`` and ``Kernel``: the public face of tlc.kernels for the runtime.
+
+A Kernel owns one plan and compiles variants of it on demand: the layout ``input_types`` imply (compiled in
+``compile_group``), a layout for arrays that do not fit it (a symbolic dim that is 1 at run time), and an
+in-place variant when an output is the very array of an input (so the loop reads and writes one pointer and
+LLVM needs no aliasing checks to vectorize it). Each variant is a cached module with a serial and a parallel
+function; the parallel one runs when the work is large enough and is compiled the first time it does.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from numba.core.errors import NumbaError
+
+from ..errors import CompileError, DTypeMismatchError, ShapeMismatchError
+from ..ir.graph import Graph
+from ..ir.types import TensorType
+from .cache import KernelCache, default_cache
+from .cpu import Variant, render_module
+from .layout import Layout, concrete_layout, make_layout
+from .plan import KernelPlan, build_plan, typed_body
+
+PARALLEL_MIN_ELEMENTS = 1 << 16  # below this, thread start-up costs more than it saves
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    fast_math: bool = False  # LLVM fast-math flags on the kernel (mathlib keeps its own strict flags)
+    parallel: bool = True  # allow the prange variant for large inputs
+    num_threads: int | None = None  # threads for the parallel variant (default: Numba's)
+
+
+class Kernel:
+    """A compiled fused group: ``kernel(inputs, outputs)`` writes every output in place."""
+
+    def __init__(self, plan: KernelPlan, options: KernelOptions, cache: KernelCache, target: str = "cpu"):
+        self.plan = plan
+        self.kind = plan.kind
+        self.target = target
+        self.options = options
+        self._cache = cache
+        self._variants: dict[Variant, object] = {}
+        self._lock = threading.Lock()
+        self._shapes: dict[tuple, tuple] = {}  # input shapes -> (layout, dims, elements, output shapes)
+        self._constant_arrays = [plan.constants[i] for i in sorted(plan.constants)]
+        self._num_inputs = len(plan.operands) - len(plan.constants)
+        self._operand_dtypes = [np.dtype(op.dtype) for op in plan.operands]
+        self._output_dtypes = [np.dtype(o.dtype) for o in plan.outputs]
+        full = plan.full_shape
+        self.layout = make_layout(full, [op.shape for op in plan.operands], row=plan.kind == "reduction")
+        start = time.perf_counter()
+        module, self.cache_hit = self._compile(Variant(self.layout, options.fast_math, (-1,) * len(plan.outputs)))
+        self.compile_seconds = time.perf_counter() - start
+        self.source: str = module.__tlc_source__
+        self.name = f"{self.kind}_{module.__tlc_key__[:12]}"
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name} ({self.target}, {len(self._variants)} variant(s), cache_hit={self.cache_hit})>"
+
+    # ------------------------------------------------------------------ compilation
+    def _compile(self, variant: Variant):
+        source = self._render(variant)
+        key = self._cache.key(source)
+        hit = self._cache.cached(key) is not None
+        for attempt in range(2):
+            module = self._cache.load(key, source)
+            try:
+                hit = self._build(module, variant) or hit
+                break
+            except NumbaError as exc:
+                raise CompileError(
+                    f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: {type(exc).__name__}: {exc}"
+                ) from exc
+            except Exception as exc:  # a damaged Numba cache entry: rebuild it once, then give up
+                if attempt:
+                    raise CompileError(
+                        f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: {type(exc).__name__}: {exc}"
+                    ) from exc
+                self._cache.purge(key)
+        module.__tlc_source__ = source
+        module.__tlc_key__ = key
+        self._variants[variant] = module
+        return module, hit
+
+    # the target's part: source of a variant, compiling its module, running it -----------------------
+    def _render(self, variant: Variant) -> str:
+        return render_module(self.plan, variant)
+
+    def _build(self, module, variant: Variant) -> bool:
+        """Compile the serial function now (the parallel one on first use); True when Numba's cache had it."""
+        fn = module.kernel_serial
+        fn.compile(self._signature(variant))
+        return bool(sum(fn.stats.cache_hits.values()))
+
+    def _launch(self, module, dims: np.ndarray, total: int, flat_in: list, flat_out: list) -> None:
+        if self.options.parallel and total >= PARALLEL_MIN_ELEMENTS and numba.get_num_threads() > 1:
+            self._run_parallel(module.kernel_parallel, (dims, *flat_in, *flat_out))
+        else:
+            module.kernel_serial(dims, *flat_in, *flat_out)
+
+    def _signature(self, variant: Variant) -> tuple:
+        arrays = [op.dtype for op in self.plan.operands]
+        arrays += [
+            o.dtype for m, o in enumerate(self.plan.outputs) if not (m < len(variant.alias) and variant.alias[m] >= 0)
+        ]
+        return (numba.types.Array(numba.types.int64, 1, "C"),) + tuple(
+            numba.types.Array(numba.from_dtype(np.dtype(d)), 1, "C") for d in arrays
+        )
+
+    def _module(self, variant: Variant):
+        module = self._variants.get(variant)
+        if module is None:
+            with self._lock:
+                module = self._variants.get(variant) or self._compile(variant)[0]
+        return module
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
+        arrays = [np.asarray(x) for x in inputs]
+        arrays += self._constant_arrays
+        shapes = self._shapes.get(tuple(a.shape for a in arrays))
+        if shapes is None or len(inputs) != self._num_inputs or len(outputs) != len(self.plan.outputs):
+            shapes = self._prepare(inputs, arrays, outputs)
+        layout, dims, total, allowed = shapes
+        for i, (a, dtype) in enumerate(zip(arrays, self._operand_dtypes, strict=True)):
+            if a.dtype != dtype:
+                raise DTypeMismatchError(f"kernel {self.name}: input {i} is {a.dtype}, expected {dtype}")
+        for m, (o, dtype) in enumerate(zip(outputs, self._output_dtypes, strict=True)):
+            if not isinstance(o, np.ndarray) or not o.flags.c_contiguous or not o.flags.writeable:
+                raise ShapeMismatchError(f"kernel {self.name}: output {m} must be a writeable C-contiguous array")
+            if o.dtype != dtype:
+                raise DTypeMismatchError(f"kernel {self.name}: output {m} is {o.dtype}, expected {dtype}")
+            if o.shape not in allowed:
+                raise ShapeMismatchError(
+                    f"kernel {self.name}: output {m} has shape {o.shape}, expected {' or '.join(map(str, allowed))}"
+                )
+        alias, arrays = self._aliasing(arrays, outputs, layout)
+        module = self._module(Variant(layout, self.options.fast_math, alias))
+        flat_in = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+        flat_out = [o.reshape(-1) for m, o in enumerate(outputs) if alias[m] < 0]
+        self._launch(module, dims, total, flat_in, flat_out)
+
+    def _prepare(self, inputs, arrays: list[np.ndarray], outputs) -> tuple:
+        """Layout, collapsed sizes and the accepted output shapes for these input shapes (memoized)."""
+        plan = self.plan
+        if len(inputs) != self._num_inputs or len(outputs) != len(plan.outputs):
+            raise ShapeMismatchError(
+                f"kernel {self.name} takes {self._num_inputs} inputs and {len(plan.outputs)} outputs, "
+                f"got {len(inputs)} and {len(outputs)}"
+            )
+        try:
+            full = np.broadcast_shapes(*[a.shape for a in arrays])
+        except ValueError as exc:
+            raise ShapeMismatchError(f"kernel {self.name}: input shapes do not broadcast: {exc}") from None
+        full = (1,) * (len(plan.full_shape) - len(full)) + full
+        allowed = (full, full[:-1] + (1,)) if self.plan.kind == "reduction" and full else (full,)
+        in_shapes = [a.shape for a in arrays]
+        layout = self.layout
+        dims = layout.dims(full, in_shapes)
+        if dims is None:  # the arrays do not fit the compiled pattern (a symbolic dim is 1): another variant
+            layout = concrete_layout(full, in_shapes, row=self.plan.kind == "reduction")
+            dims = layout.dims(full, in_shapes)
+        entry = (layout, np.asarray(dims, dtype=np.int64), math.prod(dims), allowed)
+        if len(self._shapes) < 64:
+            self._shapes[tuple(in_shapes)] = entry
+        return entry
+
+    def _run_parallel(self, fn, args) -> None:
+        wanted = self.options.num_threads
+        if not wanted:
+            fn(*args)
+            return
+        previous = numba.get_num_threads()
+        numba.set_num_threads(max(1, min(wanted, numba.config.NUMBA_NUM_THREADS)))
+        try:
+            fn(*args)
+        finally:
+            numba.set_num_threads(previous)
+
+    def _aliasing(
+        self, arrays: list[np.ndarray], outputs: Sequence[np.ndarray], layout: Layout
+    ) -> tuple[tuple[int, ...], list[np.ndarray]]:
+        """Which outputs are inputs (in-place); inputs that merely overlap an output are copied first."""
+        alias = [-1] * len(outputs)
+        arrays = list(arrays)
+        for m, o in enumerate(outputs):
+            for k, a in enumerate(arrays):
+                if not np.may_share_memory(a, o):
+                    continue
+                same = (
+                    self.plan.kind == "elementwise"
+                    and a.shape == o.shape
+                    and a.dtype == o.dtype
+                    and a.flags.c_contiguous
+                    and a.ctypes.data == o.ctypes.data
+                    and all(layout.flags[k])
+                    and alias[m] < 0
+                    and k not in alias
+                )
+                if same:
+                    alias[m] = k
+                else:
+                    arrays[k] = a.copy()
+        return tuple(alias), arrays
+
+
+def compile_group(
+    body: Graph,
+    kind: str,
+    input_types: Sequence[TensorType],
+    *,
+    target: str = "cpu",
+    options: KernelOptions | None = None,
+    cache: KernelCache | None = None,
+) -> Kernel:
+    """Compile a ``tlc.Fused`` group's body for ``input_types`` (CompileError with a reason if it cannot)."""
+    options = options or KernelOptions()
+    if target not in ("cpu", "cuda"):
+        raise CompileError(f"target {target!r} is not supported by compile_group (supported: 'cpu', 'cuda')")
+    if len(input_types) != len(body.inputs):
+        raise CompileError(f"the body has {len(body.inputs)} inputs but {len(input_types)} input types were given")
+    cache = cache or default_cache()
+    if target == "cuda":
+        from .cuda import CudaKernel
+
+        if kind != "elementwise":
+            raise CompileError(f"the cuda target compiles elementwise groups only, not {kind!r} groups")
+        return CudaKernel(build_plan(typed_body(body, list(input_types)), kind), options, cache)
+    if kind == "epilogue":
+        from .epilogue import EpilogueKernel
+
+        return EpilogueKernel(body, list(input_types), options, cache)
+    typed = typed_body(body, list(input_types))
+    return Kernel(build_plan(typed, kind), options, cache, target)
