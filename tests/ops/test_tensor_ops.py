@@ -27,10 +27,6 @@ TENSOR_OPS = (
 
 BFLOAT16 = "bfloat16 is not a dtype tlc holds (tlc.ir.types.DTYPES)"
 RANDOM = "training-mode Dropout with ratio > 0 is random; tlc runs inference only"
-PRECHECK = ("main's importer refuses ops that are not registered before converting the opset, and onnx's version "
-            "converter would turn this one into a registered op (Scatter -> ScatterElements, Upsample -> Resize); "
-            "it passes when converted first (test_deprecated_ops_pass_once_converted). NOTE: not strict, because "
-            "the importer rework on the onnxio branch converts first; drop these entries once it is merged")
 KNOWN_FAILURES = {
     "test_compress_bfloat16": BFLOAT16,
     "test_onehot_with_bfloat16_values": BFLOAT16,
@@ -48,12 +44,9 @@ KNOWN_FAILURES = {
     "test_training_dropout_default_mask": RANDOM,
     "test_identity_sequence": "sequence values are not supported",
     "test_identity_opt": "optional values are not supported",
-    "test_scatter_with_axis": PRECHECK,
-    "test_scatter_without_axis": PRECHECK,
-    "test_upsample_nearest": PRECHECK,
     "test_spacetodepth_crd_mode_example": "SpaceToDepth's mode attribute is new in opset 28; tlc reads opset 21",
 }
-NOT_STRICT = {"test_scatter_with_axis", "test_scatter_without_axis", "test_upsample_nearest"}
+NOT_STRICT: set[str] = set()
 
 
 def _params():

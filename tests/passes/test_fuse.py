@@ -98,16 +98,30 @@ def test_refuses_a_group_that_would_create_a_cycle(rng):
         assert not {"Exp", "Add"} <= ops
 
 
-def test_epilogue_stops_at_a_shared_intermediate(rng):
+def test_epilogue_takes_a_dag_and_keeps_escaping_values(rng):
+    # SiLU reads the contraction result twice; an intermediate that escapes becomes a second output
     g = tlc.Graph()
     x = g.input("x", "float32", (4, 4))
     m = g.add_node("MatMul", [x, g.constant(rng.random((4, 4), dtype=np.float32))])
-    r = g.add_node("Relu", [m])
-    g.output(g.add_node("Exp", [r]), "y")
-    g.output(r, "r")  # r escapes: the chain may end at r but Exp must not be folded into the epilogue's tail
+    silu = g.add_node("Mul", [m, g.add_node("Sigmoid", [m])])
+    g.output(g.add_node("Exp", [silu]), "y")
+    g.output(silu, "silu")
     out = fuse_and_compare(g, {"x": rng.random((4, 4), dtype=np.float32)})
-    epi = [f for f in fused_nodes(out) if f.attrs["kind"] == "epilogue"]
-    assert len(epi) == 1 and [n.op for n in epi[0].attrs["body"].ops()] == ["MatMul", "Relu"]
+    (epi,) = fused_nodes(out)
+    assert epi.attrs["kind"] == "epilogue"
+    assert [n.op for n in epi.attrs["body"].ops()] == ["MatMul", "Sigmoid", "Mul", "Exp"]
+    assert sorted(epi.output_names) == ["silu", "y"]
+
+
+def test_no_epilogue_when_the_raw_contraction_result_escapes(rng):
+    g = tlc.Graph()
+    x = g.input("x", "float32", (4, 4))
+    m = g.add_node("MatMul", [x, g.constant(rng.random((4, 4), dtype=np.float32))])
+    g.output(g.add_node("Relu", [m]), "y")
+    g.output(m, "raw")  # the kernel would overwrite it in place, so the MatMul stays on its own
+    out = fuse_and_compare(g, {"x": rng.random((4, 4), dtype=np.float32)})
+    assert out.op_counts().get("MatMul") == 1
+    assert [f.attrs["kind"] for f in fused_nodes(out)] == ["elementwise"]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -2,10 +2,10 @@
 
 Three kinds of group, found in this order (a node joins at most one group):
 
-1. ``epilogue``: a contraction (``Trait.CONTRACTION``: MatMul, Gemm, Conv) and the chain of elementwise ops
-   that consumes its output, each intermediate used once and of the contraction's output shape (bias add,
-   activation, residual add). The runtime computes the contraction into the output buffer and applies the
-   chain in place.
+1. ``epilogue``: a contraction (``Trait.CONTRACTION``: MatMul, Gemm, Conv) and the elementwise ops downstream
+   of it with the contraction's output shape (bias add, activation such as x*sigmoid(x), residual add), as
+   long as the raw contraction result is not needed outside. The runtime computes the contraction into the
+   output buffer and applies the elementwise part in place.
 2. ``reduction``: row kernels: reductions over the last axis only (``Trait.REDUCTION`` ops whose axes are the
    last one, keepdims) with the elementwise work feeding and following them; every value in the group has the
    full shape F or the row shape F[:-1] + (1,). Softmax, layer norm, mean/variance.
@@ -151,20 +151,33 @@ class FusePass(Pass):
         return ordered
 
     def _epilogue(self, part: _Partition, root: Node) -> list[int]:
+        """The contraction plus the elementwise ops downstream of it that one in-place pass can apply.
+
+        Grows forward only (consumers of values already in the group), over elementwise ops of the
+        contraction's output shape, keeping the group convex. The contraction's own result must not be needed
+        outside the group: the kernel overwrites it in place.
+        """
         graph = part.graph
-        chain = [root.id]
-        tail = root.outputs[0]
-        shape = graph.type_of(tail).shape
-        while graph.num_uses(tail) == 1 and not graph.is_output(tail):
-            (user, _), = graph.users(tail)
-            if (user.id in part.group_of or not _elementwise(graph, user) or user.output_types[0].shape != shape
-                    or user.output_types[0].dtype not in KERNEL_DTYPES
-                    or sum(1 for v in graph.inputs_of(user) if v == tail) != 1
-                    or not part.convex(set(chain) | {user.id})):
-                break
-            chain.append(user.id)
-            tail = user.outputs[0]
-        return chain
+        result = root.outputs[0]
+        shape = graph.type_of(result).shape
+        if graph.is_output(result) or graph.type_of(result).dtype not in KERNEL_DTYPES:
+            return [root.id]
+        members = {root.id}
+        frontier = [root]
+        while frontier:
+            node = frontier.pop(0)
+            users = sorted({u.id: u for v in node.outputs for u, _ in graph.users(v)}.values(),
+                           key=lambda n: part.index[n.id])
+            for user in users:
+                if (user.id in members or user.id in part.group_of or not _elementwise(graph, user)
+                        or user.output_types[0].shape != shape or user.output_types[0].dtype not in KERNEL_DTYPES
+                        or not part.convex(members | {user.id})):
+                    continue
+                members.add(user.id)
+                frontier.append(user)
+        if any(u.id not in members for u, _ in graph.users(result)):
+            return [root.id]  # the raw contraction result escapes: no in-place epilogue
+        return sorted(members, key=part.index.__getitem__)
 
     def _grow(self, part: _Partition, seed: Node, shapes: set[Shape]) -> set[int]:
         """Grow a convex region from ``seed`` over eligible neighbours whose shapes are in ``shapes``."""
