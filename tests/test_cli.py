@@ -251,3 +251,20 @@ def test_reproducer_from_the_command_line(capsys, model, monkeypatch, tmp_path):
     assert f"(hint: reproduce with: tlc-opt {saved} --passes=cse)" in line
     graph = tlc.io.load(saved)
     assert sorted(graph.op_counts()) == ["Add", "Constant", "Input", "Mul"]   # folded and cleaned: fold,dce ran
+
+
+def test_bench_compares_compiled_plan_with_reference_and_onnxruntime(capsys, model):
+    code, out, err = run_cli(capsys, model, "-O2", "--bench", "--rounds", "2")
+    assert code == 0 and out == ""
+    rows = {line[:28].strip(): line[28:].split() for line in err.splitlines()
+            if line.startswith(("tlc -O", "onnxruntime"))}
+    assert set(rows) == {"tlc -O0 (reference)", "tlc -O2 (compiled)", "onnxruntime (ORT_ENABLE_ALL)"}
+    assert rows["tlc -O0 (reference)"][3] == "1.00x" and float(rows["tlc -O0 (reference)"][4]) == 0.0
+    for label in ("tlc -O2 (compiled)", "onnxruntime (ORT_ENABLE_ALL)"):
+        assert float(rows[label][4]) < 1e-4  # outputs agree with the unoptimized reference
+    assert "failed to compile" in err and " 0 failed to compile" in err
+
+
+def test_bench_rejects_zero_rounds(capsys, model):
+    code, _, err = run_cli(capsys, model, "--bench", "--rounds", "0")
+    assert code == 1 and "--rounds must be at least 1" in err

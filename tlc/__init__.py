@@ -19,12 +19,21 @@ from .errors import (
     UnsupportedOperatorError,
     ValidationError,
 )
+from .io import load, save
 from .ir import Graph, Node, TensorType, Value
+from .passes import PassOptions, PassResult
+from .passes.manager import PassManager, optimize
+from .passes.report import PassReport
+from .runtime import CompileOptions, InferenceSession, Plan, PlanStats, Profile, compile
 
 __version__ = "0.1.0"
 
+# NOTE: tlc.backend (the onnx.backend.base.Backend) is imported on its own: it pulls in onnx.backend.
+
 __all__ = [
-    "BackendError", "CompileError", "DTypeMismatchError", "ExecutionError", "Graph", "InputError",
-    "InvalidModelError", "Node", "PassError", "ShapeInferenceError", "ShapeMismatchError", "TensorType",
-    "TlcError", "UnsupportedOperatorError", "ValidationError", "Value", "reference",
+    "BackendError", "CompileError", "CompileOptions", "DTypeMismatchError", "ExecutionError", "Graph",
+    "InferenceSession", "InputError", "InvalidModelError", "Node", "PassError", "PassManager", "PassOptions",
+    "PassReport", "PassResult", "Plan", "PlanStats", "Profile", "ShapeInferenceError", "ShapeMismatchError",
+    "TensorType", "TlcError", "UnsupportedOperatorError", "ValidationError", "Value", "compile", "load",
+    "optimize", "reference", "save",
 ]

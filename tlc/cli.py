@@ -57,7 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_io_options(parser)
     _add_pipeline_options(parser)
     _add_debug_options(parser)
+    _add_run_options(parser)
     return parser
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("running (compiles the optimized graph with tlc.compile)")
+    group.add_argument("--bench", action="store_true",
+                       help="compile the optimized graph, run it on random inputs and compare its speed and "
+                            "outputs with the unoptimized reference executor (and onnxruntime when installed)")
+    group.add_argument("--rounds", type=int, default=10, metavar="N",
+                       help="interleaved timing rounds for --bench (default 10)")
+    group.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="threads for the compiled plan and onnxruntime (default: all cores)")
 
 
 def _add_io_options(parser: argparse.ArgumentParser) -> None:
@@ -140,10 +152,51 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     write_outputs(args, optimized, out_format)
     if args.stats:
         sys.stderr.write(report.stats_table() + "\n")
+    if args.bench:
+        bench(args, graph, optimized, sys.stderr)
+    elif args.stats:
+        pass
     elif out_format is None and not (args.time_passes or args.print_ir_after_all or args.print_ir_after_change):
         print(f"{PROG}: {report.nodes_before} -> {report.nodes_after} nodes ({manager}); nothing written "
               f"(use -o FILE or --emit tlc)", file=sys.stderr)
     return 0
+
+
+def bench(args: argparse.Namespace, original: Graph, optimized: Graph, err: TextIO) -> None:
+    """``--bench``: the optimized graph compiled and timed against the reference executor and onnxruntime."""
+    import time
+
+    from .runtime import compile as compile_plan
+    from .runtime.benchmark import (
+        compare,
+        format_table,
+        onnxruntime_runner,
+        plan_runner,
+        random_feeds,
+        reference_runner,
+    )
+
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {args.rounds}")
+    print(f"\n{PROG}: compiling the optimized graph ({len(optimized.ops())} ops) ...", file=err, flush=True)
+    start = time.perf_counter()
+    plan = compile_plan(optimized, opt_level=0, jit="eager", num_threads=args.threads)
+    totals = plan.stats().totals
+    print(f"{PROG}: compiled in {time.perf_counter() - start:.2f} s "
+          f"({totals['groups_native']} of {totals['groups']} fused groups native, {totals['cache_hits']} from the "
+          f"kernel cache, {totals['groups_failed']} failed to compile)", file=err)
+    feeds = random_feeds(original)
+    level = args.opt_level if args.opt_level is not None else "(pipeline)"
+    contenders = {"tlc -O0 (reference)": reference_runner(original),
+                  f"tlc -O{level} (compiled)": plan_runner(plan, optimized)}
+    if Path(args.input).suffix.lower() == ".onnx":
+        ort_run = onnxruntime_runner(Path(args.input).read_bytes(), args.threads)
+        if ort_run is not None:
+            contenders["onnxruntime (ORT_ENABLE_ALL)"] = ort_run
+    print(f"{PROG}: timing {', '.join(contenders)} on random inputs "
+          f"({', '.join(f'{k}{list(v.shape)}' for k, v in feeds.items())}), {args.rounds} interleaved rounds",
+          file=err, flush=True)
+    err.write(format_table(compare(contenders, feeds, rounds=args.rounds)) + "\n")
 
 
 def list_passes() -> str:

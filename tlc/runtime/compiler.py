@@ -7,6 +7,8 @@ import time
 
 from ..errors import BackendError
 from ..ir.graph import Graph
+from ..passes.manager import optimize as run_pipeline
+from ..passes.report import PassReport
 from .options import CompileOptions
 from .plan import Plan
 
@@ -45,19 +47,7 @@ def compile_with_options(graph: Graph, options: CompileOptions) -> Plan:
     return plan
 
 
-def optimize(graph: Graph, options: CompileOptions) -> tuple[Graph, object | None]:
-    """The pass pipeline (``tlc.passes.optimize``) on a copy, and its report; the caller's graph is kept.
-
-    Without a pipeline in ``tlc.passes`` (it is being written), a verified copy of the graph as given.
-    """
-    try:
-        from ..passes import optimize as run_pipeline
-    except ImportError:
-        run_pipeline = None
-    if run_pipeline is None:
-        copy = graph.copy()
-        copy.verify()
-        return copy, None
-    result = run_pipeline(graph, opt_level=options.opt_level, passes=options.passes, fast_math=options.fast_math,
-                          target=options.target)
-    return result if isinstance(result, tuple) else (result, None)
+def optimize(graph: Graph, options: CompileOptions) -> tuple[Graph, PassReport]:
+    """The pass pipeline (``tlc.passes.optimize``) on a copy, and its report; the caller's graph is kept."""
+    return run_pipeline(graph, opt_level=options.opt_level, passes=options.passes, fast_math=options.fast_math,
+                        target=options.target)

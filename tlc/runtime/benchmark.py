@@ -1,0 +1,108 @@
+"""Quick comparisons of a compiled plan with the unoptimized reference executor (and onnxruntime, if present).
+
+``tlc-opt --bench`` uses this to show what the pipeline bought. It is a smoke-level measurement: interleaved
+rounds, medians and spread. The full suite with every contender is ``tools/bench.py``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import reference
+from ..ir.graph import Graph
+from ..ir.types import np_dtype
+
+Runner = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
+
+
+def random_feeds(graph: Graph, seed: int = 0, symbol_size: int = 1) -> dict[str, np.ndarray]:
+    """Random inputs for ``graph``'s declared inputs; symbolic and unknown dims get ``symbol_size``."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for node in graph.inputs:
+        t = node.output_types[0]
+        shape = [d if isinstance(d, int) else symbol_size for d in (t.shape or ())]
+        dtype = np_dtype(t.dtype)
+        if dtype.kind == "f":
+            feeds[node.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[node.name] = rng.random(shape) < 0.5
+        elif dtype.kind in "iu":
+            feeds[node.name] = rng.integers(0, 4, shape).astype(dtype)
+        else:
+            feeds[node.name] = np.full(shape, "x", dtype=object)
+    return feeds
+
+
+@dataclass
+class Timing:
+    label: str
+    samples_ms: list[float] = field(default_factory=list)
+    max_abs_error: float = 0.0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples_ms)
+
+
+def compare(contenders: dict[str, Runner], feeds: Mapping[str, np.ndarray], *, rounds: int = 10,
+            budget_s: float = 10.0, pause_s: float = 0.05) -> list[Timing]:
+    """Time contenders round-robin (one warm-up call each first); the first contender is the baseline whose
+    outputs the others are compared with. A contender slower than ``budget_s`` in total stops early."""
+    baseline = None
+    timings = []
+    for label, run in contenders.items():
+        outputs = run(feeds)
+        baseline = outputs if baseline is None else baseline
+        err = max((float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+                   for a, b in zip(outputs, baseline) if a.size and a.dtype.kind in "fiub"), default=0.0)
+        timings.append(Timing(label, max_abs_error=err))
+    spent = dict.fromkeys(contenders, 0.0)
+    for r in range(rounds):
+        for timing, (label, run) in zip(timings, contenders.items()):
+            if r >= 3 and spent[label] > budget_s:
+                continue
+            time.sleep(pause_s)  # BLAS threads spin after a call; let them settle (FACTS.md)
+            start = time.perf_counter()
+            run(feeds)
+            elapsed = time.perf_counter() - start
+            spent[label] += elapsed
+            timing.samples_ms.append(elapsed * 1e3)
+    return timings
+
+
+def reference_runner(graph: Graph) -> Runner:
+    names = [n for _, n in graph.outputs]
+    return lambda feeds: [reference.run(graph, feeds)[n] for n in names]
+
+
+def plan_runner(plan, graph: Graph) -> Runner:
+    names = [n for _, n in graph.outputs]
+    return lambda feeds: [plan.run(feeds)[n] for n in names]
+
+
+def onnxruntime_runner(model_bytes: bytes, threads: int | None) -> Runner | None:
+    """An onnxruntime session (ORT_ENABLE_ALL) or None when onnxruntime is not installed."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    return lambda feeds: sess.run(None, dict(feeds))
+
+
+def format_table(timings: list[Timing]) -> str:
+    base = timings[0].median
+    lines = [f"{'contender':<28} {'median ms':>10} {'min':>9} {'max':>9} {'speed-up':>9} {'max |err|':>10}"]
+    for t in timings:
+        lines.append(f"{t.label:<28} {t.median:>10.2f} {min(t.samples_ms):>9.2f} {max(t.samples_ms):>9.2f} "
+                     f"{base / t.median:>8.2f}x {t.max_abs_error:>10.2e}")
+    return "\n".join(lines)
