@@ -109,6 +109,9 @@ class OpDef:
     expr: Callable[..., Any] | None = None
     cost: float = 1.0
     doc: str = ""
+    #: tlc-domain ops only: ``(graph, node) -> Graph``, the node as a body of default-domain ops (inputs and
+    #: outputs in the node's order), so the ONNX exporter can write the op as a model-local function.
+    decompose: Callable[[Graph, Node], Graph] | None = None
 
     @property
     def qualified_name(self) -> str:
