@@ -6,6 +6,8 @@
 - ``tlc.Fused`` nodes become calls of model-local functions in the ``tlc`` domain (one function per distinct
   body, nested bodies as nested functions); the node's ``kind`` travels as an attribute of the call, declared by
   the function with a default. The importer turns these calls back into ``tlc.Fused`` nodes.
+- Other ``tlc`` ops with an ``OpDef.decompose`` (``tlc.ConvNhwc``, ...) become calls of local functions holding
+  their decomposition into ONNX ops (one per distinct body); the importer inlines those.
 - Graph outputs whose name is not the name of their value (an input that is also an output under another name,
   a value output twice) get an Identity node producing the output name, marked ``OUTPUT_ALIAS_DOC``.
 """
@@ -83,11 +85,18 @@ class _Writer:
 
     def add(self, node: Node, *, named: bool) -> None:
         name = node.name if named else None
+        opdef = lookup(node.op, node.domain)
         if _is(node, "Fused", TLC_DOMAIN):
             fn = fused_function(node.attrs["body"], self.functions, self.ops)
             proto = helper.make_node(fn.name, self.inputs(node), list(node.output_names), name=name,
                                      domain=TLC_DOMAIN, doc_string=node.doc or None)
             proto.attribute.append(helper.make_attribute("kind", str(node.attrs.get("kind", "elementwise"))))
+        elif node.domain == TLC_DOMAIN and opdef is not None and opdef.decompose is not None:
+            # a tlc op with a decomposition: a call of a local function holding it (the importer inlines it)
+            body = opdef.decompose(self.graph, node)
+            fn = fused_function(body, self.functions, self.ops, prefix=f"{node.op}_")
+            proto = helper.make_node(fn.name, self.inputs(node), list(node.output_names), name=name,
+                                     domain=TLC_DOMAIN, doc_string=node.doc or None)
         else:
             proto = helper.make_node(node.op, self.inputs(node), list(node.output_names), name=name,
                                      domain=node.domain or None, doc_string=node.doc or None)
@@ -156,9 +165,14 @@ def _write_metadata(graph: Graph, model: onnx.ModelProto) -> None:
             model.metadata_props.add(key=key, value=value)
 
 
-def fused_function(body: Graph, functions: dict[str, onnx.FunctionProto], ops: set[str]) -> onnx.FunctionProto:
-    """A model-local function in the ``tlc`` domain computing ``body`` (shared by equal bodies)."""
-    name = f"{FUSED_PREFIX}{body.structural_hash()[:12]}"
+def fused_function(body: Graph, functions: dict[str, onnx.FunctionProto], ops: set[str],
+                   prefix: str = FUSED_PREFIX) -> onnx.FunctionProto:
+    """A model-local function in the ``tlc`` domain computing ``body`` (shared by equal bodies).
+
+    ``prefix`` starts its name: ``Fused_`` for tlc.Fused bodies (which the importer keeps as tlc.Fused nodes);
+    other prefixes name decompositions of tlc ops (``ConvNhwc_``), which the importer inlines.
+    """
+    name = f"{prefix}{body.structural_hash()[:12]}"
     if name in functions:
         return functions[name]
     writer = _Writer(body, functions, ops)
