@@ -6,6 +6,7 @@ from . import (  # noqa: F401  (registration side effects)
     fused,
     index,
     layout,
+    layout_ops,
     nn,
     norm,
     pool,
