@@ -1,0 +1,156 @@
+"""What channels-last layout buys with tlc's kernels: NCHW vs NHWC conv (and pool) on the light models' shapes.
+
+    PYTHONPATH=. python tools/layout_bench.py                        # every model, 1 and 2 threads
+    PYTHONPATH=. python tools/layout_bench.py --models resnet50 --threads 2 --rounds 21
+
+Per conv shape of each model (batch 1, every distinct shape once, counted as often as the model has it):
+the NCHW kernel ``lib_conv.choose_algorithm`` picks (direct Numba for depthwise), the NHWC kernel
+``lib_conv_nhwc.choose_algorithm`` picks, and the two transposes a lone NHWC conv would need (input to
+NHWC, output back). Contenders run interleaved, each call preceded by an untimed one (warm data); medians of
+``--rounds`` rounds. Prints one markdown table per model and thread count and the model totals, the data behind
+``tlc/passes/layout_cost.py``. Not a test: nothing is asserted on time; outputs are checked to agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import models  # noqa: E402  (tools/ is not a package)
+
+import tlc  # noqa: E402
+from tlc.kernels import lib_conv, lib_conv_nhwc, lib_pool  # noqa: E402
+from tlc.runtime import threads  # noqa: E402
+from tlc.runtime.library import resolve_pads  # noqa: E402
+
+MODELS = ["resnet50", "shufflenet", "squeezenet", "inception_v1", "inception_v2"]
+
+
+def conv_shapes(name: str) -> dict[tuple, int]:
+    """(x shape, w shape, strides, pads begin, dilations, group) -> how many convs of the model have it."""
+    graph, _ = tlc.optimize(tlc.load(str(models.light_model_path(name))), opt_level=1)
+    found: dict[tuple, int] = {}
+    for node in graph.ops():
+        if node.op != "Conv":
+            continue
+        x, w = (tuple(graph.type_of(v).shape) for v in graph.inputs_of(node)[:2])
+        y = tuple(node.output_types[0].shape)
+        strides = tuple(node.attrs.get("strides", (1, 1)))
+        dilations = tuple(node.attrs.get("dilations", (1, 1)))
+        begin, _ = resolve_pads(node.attrs, x[2:], y[2:], w[2:], strides, dilations)
+        key = (x, w, strides, tuple(begin), dilations, int(node.attrs.get("group", 1)))
+        found[key] = found.get(key, 0) + 1
+    return found
+
+
+def transpose_into(dst: np.ndarray, src: np.ndarray, perm: tuple[int, ...]) -> np.ndarray:
+    np.copyto(dst, src.transpose(perm))
+    return dst
+
+
+def contenders(key: tuple, rng: np.random.Generator) -> tuple[dict, np.ndarray, np.ndarray]:
+    """The calls to time for one shape, and the NCHW and NHWC outputs (to check they agree)."""
+    xs, ws, strides, begin, dilations, group = key
+    x = rng.standard_normal(xs, dtype=np.float32)
+    w = rng.standard_normal(ws, dtype=np.float32) / np.sqrt(ws[1] * ws[2] * ws[3])
+    b = rng.standard_normal(ws[0], dtype=np.float32)
+    ho = (xs[2] + 2 * begin[0] - (ws[2] - 1) * dilations[0] - 1) // strides[0] + 1
+    wo = (xs[3] + 2 * begin[1] - (ws[3] - 1) * dilations[1] - 1) // strides[1] + 1
+    geo = lib_conv.geometry(xs, ws, (xs[0], ws[0], ho, wo), strides, begin, dilations, group)
+    algo = lib_conv.choose_algorithm(geo)
+    y = np.empty((xs[0], ws[0], ho, wo), np.float32)
+    work = [np.empty(s, np.float32) for s in lib_conv.workspace(geo, algo)]
+    x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    w_ohwi = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
+    geo_t = lib_conv_nhwc.geometry(x_nhwc.shape, w_ohwi.shape, (xs[0], ho, wo, ws[0]), strides, begin, dilations,
+                                   group)
+    algo_t = lib_conv_nhwc.choose_algorithm(geo_t)
+    y_t = np.empty((xs[0], ho, wo, ws[0]), np.float32)
+    work_t = [np.empty(s, np.float32) for s in lib_conv_nhwc.workspace(geo_t, algo_t)]
+    x_back, y_back = np.empty_like(x_nhwc), np.empty_like(y)
+    calls = {
+        f"nchw:{algo}": lambda: lib_conv.run(algo, x, w, b, y, geo, work),
+        f"nhwc:{algo_t}": lambda: lib_conv_nhwc.run(algo_t, x_nhwc, w_ohwi, b, y_t, geo_t, work_t),
+        "t_in": lambda: transpose_into(x_back, x, (0, 2, 3, 1)),
+        "t_out": lambda: transpose_into(y_back, y_t, (0, 3, 1, 2)),
+    }
+    return calls, y, y_t
+
+
+def time_calls(calls: dict, rounds: int) -> dict[str, float]:
+    """Median ms of each call over interleaved rounds; each timed call follows an untimed one."""
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for fn in calls.values():
+        fn()
+    for _ in range(rounds):
+        for key, fn in calls.items():
+            fn()
+            start = time.perf_counter()
+            fn()
+            times[key].append((time.perf_counter() - start) * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def describe(key: tuple) -> str:
+    xs, ws, strides, _, _, group = key
+    kind = "dw " if group == xs[1] == ws[0] and group > 1 else (f"g{group} " if group > 1 else "")
+    return f"{kind}{ws[2]}x{ws[3]}/{strides[0]} {xs[1]}->{ws[0]} @{xs[2]}"
+
+
+def pool_rows(rounds: int, rng: np.random.Generator) -> list[str]:
+    """Max pool 3x3/2 pad 1 on ResNet-50's stem output, NCHW taps vs NHWC taps."""
+    x = rng.standard_normal((1, 64, 112, 112), dtype=np.float32)
+    geo = lib_pool.PoolGeometry(1, 64, 112, 112, 3, 3, 56, 56, 2, 2, 1, 1, 1, 1, 1, 1)
+    out = np.empty((1, 64, 56, 56), np.float32)
+    work = [np.empty(s, np.float32) for s in lib_pool.workspace(geo)]
+    x_t, out_t = np.ascontiguousarray(x.transpose(0, 2, 3, 1)), np.empty((1, 56, 56, 64), np.float32)
+    work_t = [np.empty((1, 114, 114, 64), np.float32)] if work else []
+    from tlc.kernels import lib_pool_nhwc
+
+    med = time_calls({"nchw": lambda: lib_pool.max_pool(x, out, geo, work),
+                      "nhwc": lambda: lib_pool_nhwc.max_pool(x_t, out_t, geo, work_t)}, rounds)
+    np.testing.assert_array_equal(out_t.transpose(0, 3, 1, 2), out)
+    return [f"| maxpool 3x3/2 64 @112 | 1 | {med['nchw']:.3f} | {med['nhwc']:.3f} | | |"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=MODELS)
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=21)
+    args = parser.parse_args(argv)
+    lib_conv.direct_kernel()
+    shapes = {name: conv_shapes(name) for name in args.models}
+    for n_threads in args.threads:
+        threads.apply(n_threads)
+        rng = np.random.default_rng(0)
+        for name, found in shapes.items():
+            print(f"\n### {name}, {n_threads} thread(s), medians of {args.rounds} (ms)\n")
+            print("| conv | count | NCHW | NHWC | transposes in+out | NCHW algo / NHWC algo |")
+            print("|---|---|---|---|---|---|")
+            total = {"nchw": 0.0, "nhwc": 0.0, "t": 0.0}
+            for key, count in sorted(found.items(), key=lambda kv: (-kv[0][0][2], kv[0][1])):
+                calls, y, y_t = contenders(key, rng)
+                med = time_calls(calls, args.rounds)
+                np.testing.assert_allclose(y_t.transpose(0, 3, 1, 2), y, rtol=1e-3, atol=1e-3)
+                (nchw, nhwc) = [k for k in med if k.startswith(("nchw", "nhwc"))]
+                total["nchw"] += count * med[nchw]
+                total["nhwc"] += count * med[nhwc]
+                total["t"] += count * (med["t_in"] + med["t_out"])
+                print(f"| {describe(key)} | {count} | {med[nchw]:.3f} | {med[nhwc]:.3f} | "
+                      f"{med['t_in']:.3f}+{med['t_out']:.3f} | {nchw[5:]} / {nhwc[5:]} |")
+            print(f"| **total** | {sum(found.values())} | **{total['nchw']:.2f}** | **{total['nhwc']:.2f}** | "
+                  f"{total['t']:.2f} | |")
+        if "resnet50" in args.models:
+            print("\n" + "\n".join(pool_rows(args.rounds, rng)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
