@@ -210,7 +210,7 @@ class EpilogueSplit:
                 typed.set_type(v, t)
         typed.infer_node(typed.node(self.node.id))
         acc_type = typed.node(self.node.id).output_types[0]
-        impl = library_impl(self.node.op, self.node.attrs, self.node.num_outputs, options)
+        impl = library_impl(self.node.qualified_op, self.node.attrs, self.node.num_outputs, options)
         if impl is None:
             raise NotNative(f"no library kernel for contraction {self.node.op}")
         bound = impl.bind(types, [acc_type])

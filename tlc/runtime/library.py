@@ -1,7 +1,8 @@
 """Library kernels for single ops: which ops have a native implementation, and how each binds to shapes.
 
-``LIBRARY`` maps an op to a factory ``(attrs, num_outputs, options) -> Impl`` (it raises ``NotNative`` with a
-reason when the node's attributes are outside what the kernel does). The kernels themselves live in
+``LIBRARY`` maps an op (qualified name: ``Conv``, ``tlc.ConvNhwc``) to a factory
+``(attrs, num_outputs, options) -> Impl`` (it raises ``NotNative`` with a reason when the node's attributes
+are outside what the kernel does). The kernels themselves live in
 ``tlc.kernels.lib_gemm``/``lib_conv``/``lib_pool``; this module reads ONNX attributes and shapes for them.
 Ops not listed here (and not single-ufunc elementwise ops, see ``impl.ufunc_impl``) run their reference.
 """
@@ -16,6 +17,7 @@ import numpy as np
 from ..ir.types import np_dtype
 from ..kernels import lib_conv, lib_gemm, lib_pool
 from .impl import Bound, Impl, NotNative, ViewImpl, static_shapes
+from .library_nhwc import NHWC_LIBRARY
 from .options import CompileOptions
 
 
@@ -264,9 +266,11 @@ LIBRARY: dict[str, Callable[[dict[str, Any], int, CompileOptions], Impl]] = {
     "Transpose": _single_output(lambda attrs, options: TransposeImpl(attrs)),
     "Reshape": _view, "Flatten": _view, "Squeeze": _view, "Unsqueeze": _view, "Identity": _view,
 }
+LIBRARY.update(NHWC_LIBRARY)  # tlc's channels-last twins, under their qualified names
 
 
 def library_impl(op: str, attrs: dict[str, Any], num_outputs: int, options: CompileOptions) -> Impl | None:
-    """The library Impl for ``op`` or None when it has none; NotNative when the attributes rule it out."""
+    """The library Impl for ``op`` (a qualified name) or None when it has none; NotNative when the attributes
+    rule it out."""
     factory = LIBRARY.get(op)
     return None if factory is None else factory(attrs, num_outputs, options)

@@ -100,14 +100,14 @@ def _choose(graph: Graph, node: Node, options: CompileOptions, interp: Interpret
         groups.append(state)
         return FusedImpl(state), f"{node.qualified_op}[{attrs['kind']}]"
     reason = f"no native kernel for {node.qualified_op}"
+    attrs = {k: v for k, v in opdef_of(node).resolved_attrs(node).items() if v is not None}
+    try:
+        impl = library_impl(node.qualified_op, attrs, node.num_outputs, options)
+        if impl is not None:
+            return impl, node.qualified_op
+    except NotNative as exc:
+        reason = str(exc)
     if node.domain == "":
-        attrs = {k: v for k, v in opdef_of(node).resolved_attrs(node).items() if v is not None}
-        try:
-            impl = library_impl(node.op, attrs, node.num_outputs, options)
-            if impl is not None:
-                return impl, node.op
-        except NotNative as exc:
-            reason = str(exc)
         impl = ufunc_impl(node)
         if impl is not None:
             return impl, node.op
