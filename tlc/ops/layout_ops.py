@@ -7,7 +7,8 @@ data input ``x`` and the output are [N, H, W, C] and a convolution weight ``w`` 
 ``strides``, ... name spatial axes in the same order). Inference, the reference and the ONNX export (a model-local
 function holding Transpose + op + Transpose, ``OpDef.decompose``) all derive from the ONNX op's registry entry.
 
-``TWINS`` maps an ONNX op to its twin; the layout pass reads it to know which ops have a channels-last form.
+``TWINS`` maps an ONNX op to its twin and ``AXIS_OPS`` names the ops that go channels-last by remapping an axis
+attribute; the layout pass reads both (elementwise ops it recognises by their trait).
 """
 
 from __future__ import annotations
@@ -121,6 +122,10 @@ TWINS: dict[str, Twin] = {t.onnx_op: _register(t) for t in (
     Twin("GlobalAveragePoolNhwc", "GlobalAveragePool"),
     Twin("GlobalMaxPoolNhwc", "GlobalMaxPool"),
 )}
+
+
+#: ONNX ops whose only dependence on the layout is one axis attribute: channels-last by remapping that axis.
+AXIS_OPS: dict[str, str] = {"Concat": "axis"}
 
 
 def twin_of(op: str, domain: str = "") -> Twin | None:
