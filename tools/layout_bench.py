@@ -26,6 +26,7 @@ import models  # noqa: E402  (tools/ is not a package)
 
 import tlc  # noqa: E402
 from tlc.kernels import lib_conv, lib_conv_nhwc, lib_pool  # noqa: E402
+from tlc.passes.layout_cost import TARGETS, ConvShape, conv_ns  # noqa: E402
 from tlc.runtime import threads  # noqa: E402
 from tlc.runtime.library import resolve_pads  # noqa: E402
 
@@ -97,6 +98,14 @@ def time_calls(calls: dict, rounds: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def model_shape(key: tuple) -> ConvShape:
+    xs, ws, strides, begin, dilations, group = key
+    ho = (xs[2] + 2 * begin[0] - (ws[2] - 1) * dilations[0] - 1) // strides[0] + 1
+    wo = (xs[3] + 2 * begin[1] - (ws[3] - 1) * dilations[1] - 1) // strides[1] + 1
+    return ConvShape(xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ho, wo, group, strides[0], strides[1],
+                     dilations[1], any(begin))
+
+
 def describe(key: tuple) -> str:
     xs, ws, strides, _, _, group = key
     kind = "dw " if group == xs[1] == ws[0] and group > 1 else (f"g{group} " if group > 1 else "")
@@ -119,22 +128,80 @@ def pool_rows(rounds: int, rng: np.random.Generator) -> list[str]:
     return [f"| maxpool 3x3/2 64 @112 | 1 | {med['nchw']:.3f} | {med['nhwc']:.3f} | | |"]
 
 
+# ---------------------------------------------------------------------------- fitting the cost model
+def _median_ns(fn, rounds: int, per: float) -> float:
+    """Median ns per unit (``per`` units per call) over interleaved-free repeated calls (each after a warm one)."""
+    return time_calls({"f": fn}, rounds)["f"] * 1e6 / per
+
+
+def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a + b * x."""
+    b, a = np.polyfit(np.asarray(xs), np.asarray(ys), 1)
+    return float(a), float(b)
+
+
+def fit(rounds: int) -> dict[str, float]:
+    """The constants of ``layout_cost.TargetCosts`` measured on this machine (ns)."""
+    rng = np.random.default_rng(0)
+    n = 1 << 20
+    src = rng.standard_normal(2 * n, dtype=np.float32)
+    dst = np.empty(n, np.float32)
+    inv_runs, per_elem = [], []
+    for run in (4, 7, 14, 28, 56, 112, 448, 1792):
+        rows = n // run
+        view = src[: rows * (run + 1)].reshape(rows, run + 1)[:, :run]   # runs of ``run`` contiguous values
+        out = dst[: rows * run].reshape(rows, run)
+        inv_runs.append(1.0 / run)
+        per_elem.append(_median_ns(lambda v=view, o=out: np.copyto(o, v), rounds, rows * run))
+    elem_ns, run_ns = _fit_line(inv_runs, per_elem)
+    rows = n // 64
+    strided = src[: rows * 128].reshape(rows, 128)[:, ::2]                 # runs of 64, every other value
+    strided_ns = _median_ns(lambda: np.copyto(dst[: rows * 64].reshape(rows, 64), strided), rounds, rows * 64) \
+        - run_ns / 64
+    a = rng.standard_normal((64, 64, 256), dtype=np.float32)
+    wv = rng.standard_normal(256, dtype=np.float32)
+    o = np.empty_like(a)
+    ufunc_ns = _median_ns(lambda: np.multiply(a[:, ::2], wv, out=o[:, ::2]), rounds, a.size / 2) - run_ns / 256
+    x = rng.standard_normal((2304, 196), dtype=np.float32)
+    w = rng.standard_normal((256, 2304), dtype=np.float32)
+    y = np.empty((256, 196), np.float32)
+    gflops = 2 * 256 * 2304 * 196 / (time_calls({"g": lambda: np.matmul(w, x, out=y)}, rounds)["g"] * 1e6)
+    key = ((1, 136, 28, 28), (136, 1, 3, 3), (1, 1), (1, 1), (1, 1), 136)
+    calls, _, _ = contenders(key, rng)
+    dw_ns = time_calls({"d": calls["nchw:direct"]}, rounds)["d"] * 1e6 / (136 * 28 * 28 * 9)
+    t_in, t_out = [], []
+    for c, hw in ((64, 56), (256, 14), (1024, 7)):
+        xs = rng.standard_normal((1, c, hw, hw), dtype=np.float32)
+        xt = np.empty((1, hw, hw, c), np.float32)
+        t_in.append(_median_ns(lambda v=xs, o=xt: transpose_into(o, v, (0, 2, 3, 1)), rounds, xs.size))
+        t_out.append(_median_ns(lambda v=xt, o=xs: transpose_into(o, v, (0, 3, 1, 2)), rounds, xs.size))
+    return {"elem_ns": elem_ns, "run_ns": run_ns, "strided_elem_ns": strided_ns, "ufunc_elem_ns": ufunc_ns,
+            "gemm_gflops": gflops, "dw_direct_ns": dw_ns, "to_nhwc_ns": max(t_in), "to_nchw_ns": max(t_out)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--fit", action="store_true", help="measure the cost model's constants and exit")
     args = parser.parse_args(argv)
     lib_conv.direct_kernel()
+    if args.fit:
+        for n_threads in args.threads:
+            threads.apply(n_threads)
+            found = fit(args.rounds)
+            print(f"{n_threads} thread(s): " + ", ".join(f"{k}={v:.3g}" for k, v in found.items()))
+        return 0
     shapes = {name: conv_shapes(name) for name in args.models}
     for n_threads in args.threads:
         threads.apply(n_threads)
         rng = np.random.default_rng(0)
         for name, found in shapes.items():
             print(f"\n### {name}, {n_threads} thread(s), medians of {args.rounds} (ms)\n")
-            print("| conv | count | NCHW | NHWC | transposes in+out | NCHW algo / NHWC algo |")
-            print("|---|---|---|---|---|---|")
-            total = {"nchw": 0.0, "nhwc": 0.0, "t": 0.0}
+            print("| conv | count | NCHW | NHWC | model NCHW | model NHWC | transposes in+out | algorithms |")
+            print("|---|---|---|---|---|---|---|---|")
+            total = {"nchw": 0.0, "nhwc": 0.0, "t": 0.0, "model_nchw": 0.0, "model_nhwc": 0.0}
             for key, count in sorted(found.items(), key=lambda kv: (-kv[0][0][2], kv[0][1])):
                 calls, y, y_t = contenders(key, rng)
                 med = time_calls(calls, args.rounds)
@@ -143,10 +210,13 @@ def main(argv: list[str] | None = None) -> int:
                 total["nchw"] += count * med[nchw]
                 total["nhwc"] += count * med[nhwc]
                 total["t"] += count * (med["t_in"] + med["t_out"])
-                print(f"| {describe(key)} | {count} | {med[nchw]:.3f} | {med[nhwc]:.3f} | "
-                      f"{med['t_in']:.3f}+{med['t_out']:.3f} | {nchw[5:]} / {nhwc[5:]} |")
+                m_nchw, m_nhwc = (v / 1e6 for v in conv_ns(TARGETS["cpu"], model_shape(key)))
+                total["model_nchw"] += count * m_nchw
+                total["model_nhwc"] += count * m_nhwc
+                print(f"| {describe(key)} | {count} | {med[nchw]:.3f} | {med[nhwc]:.3f} | {m_nchw:.3f} | "
+                      f"{m_nhwc:.3f} | {med['t_in']:.3f}+{med['t_out']:.3f} | {nchw[5:]} / {nhwc[5:]} |")
             print(f"| **total** | {sum(found.values())} | **{total['nchw']:.2f}** | **{total['nhwc']:.2f}** | "
-                  f"{total['t']:.2f} | |")
+                  f"{total['model_nchw']:.2f} | {total['model_nhwc']:.2f} | {total['t']:.2f} | |")
         if "resnet50" in args.models:
             print("\n" + "\n".join(pool_rows(args.rounds, rng)))
     return 0

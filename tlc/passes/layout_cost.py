@@ -43,8 +43,13 @@ class TargetCosts:
 
 #: target -> constants; a target not listed here gets no layout changes (the pass leaves graphs alone).
 TARGETS: dict[str, TargetCosts] = {
-    "cpu": TargetCosts(elem_ns=0.09, run_ns=8.2, strided_elem_ns=0.25, ufunc_elem_ns=0.35, gemm_gflops=150.0,
-                       dw_direct_ns=0.6, to_nhwc_ns=0.8, to_nchw_ns=2.5, min_gain_us=500.0, rel_margin=0.05),
+    # fitted 1 and 2 threads (``--fit``): copies 0.090/0.096 ns per element + 6.9/7.1 ns per run, strided 0.24,
+    # ufunc 0.51/0.47 (0.33 in max pooling's taps), GEMM 88 GFLOP/s on 1 thread (2 threads were contended),
+    # direct depthwise 1.17/0.61 ns per multiply-add, transposes 0.70 (to NHWC) and 3.2 (to NCHW) ns per element.
+    # Where the thread count changes a constant, the one that favours NCHW is kept: the slow GEMM (a larger NCHW
+    # total makes the relative margin harder to meet) and the 2-thread depthwise kernel (NHWC's taps: 1 thread).
+    "cpu": TargetCosts(elem_ns=0.09, run_ns=7.0, strided_elem_ns=0.24, ufunc_elem_ns=0.45, gemm_gflops=88.0,
+                       dw_direct_ns=0.61, to_nhwc_ns=0.7, to_nchw_ns=3.2, min_gain_us=500.0, rel_margin=0.05),
 }
 
 
@@ -112,7 +117,8 @@ def pool_ns(t: TargetCosts, s: ConvShape) -> tuple[float, float]:
     """(NCHW ns, NHWC ns) of a max/average pooling as kh*kw strided taps (``lib_pool``/``lib_pool_nhwc``)."""
     out = s.n * s.c * s.ho * s.wo
     taps = s.kh * s.kw
-    per = t.strided_elem_ns if s.sw > 1 else t.ufunc_elem_ns
+    # a strided inner axis costs a ufunc what it costs a copy
+    per = t.ufunc_elem_ns + (t.strided_elem_ns - t.elem_ns if s.sw > 1 else 0.0)
     nchw = taps * (out * per + out / s.wo * t.run_ns)
     nhwc = taps * (out * t.ufunc_elem_ns + out / s.c * t.run_ns)
     if s.padded:
