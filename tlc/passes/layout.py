@@ -21,7 +21,7 @@ from ..ops import Trait, lookup
 from ..ops.layout_ops import AXIS_OPS, NCHW_TO_NHWC, NHWC_TO_NCHW, twin_of
 from . import layout_cost
 from .base import Pass, PassOptions, PassResult, register_pass
-from .layout_transpose import permute_constant, simplify_transposes, transposes_for_free
+from .layout_transpose import erase_if_unused, permute_constant, simplify_transposes, transposes_for_free
 
 PREFERENCES = ("auto", "nchw", "nhwc")
 
@@ -216,10 +216,9 @@ class _Rewriter:
         feeding = {v.node for node in self.region.nodes for v in g.inputs_of(node) if v is not None}
         for node in reversed(self.region.nodes):
             g.erase(node)
-        for nid in sorted(feeding - self.region.ids):  # constants only the region read (NCHW weights)
-            node = g.node(nid)
-            if node.op == "Constant" and node.domain == "" and not g.num_uses(node.output(0)):
-                g.erase(node)
+        for nid in sorted(feeding - self.region.ids):  # what only the region read (NCHW weights)
+            if nid in g.nx:
+                erase_if_unused(g, g.node(nid))
         for name, back in exits:  # the values leaving keep their names (graph outputs above all)
             if not g.has_value(name):
                 g.rename_value(back, name)

@@ -128,6 +128,11 @@ def _simplify_one(graph: Graph, node: Node, perm: list[int], result: PassResult,
     return _sink(graph, node, perm, result)
 
 
+def erase_if_unused(graph: Graph, node: Node) -> None:
+    """``_erase_if_unused`` for the layout pass (the values it stopped reading)."""
+    _erase_if_unused(graph, node)
+
+
 def _bypass(graph: Graph, node: Node, replacement: Value) -> None:
     """Make ``node``'s users read ``replacement``, keep the value name for graph outputs, erase ``node``."""
     out = node.output(0)
@@ -142,8 +147,16 @@ def _bypass(graph: Graph, node: Node, replacement: Value) -> None:
 
 
 def _erase_if_unused(graph: Graph, node: Node) -> None:
-    if node.id in graph.nx and node.op not in ("Input",) and not any(graph.num_uses(v) for v in node.outputs):
-        graph.erase(node)
+    """Erase ``node`` when nothing uses it any more, and so on up through the pure ops that fed only it."""
+    if node.id not in graph.nx or (node.op == "Input" and node.domain == ""):
+        return
+    opdef = lookup(node.op, node.domain)
+    if opdef is None or not opdef.is_pure or any(graph.num_uses(v) for v in node.outputs):
+        return
+    feeding = [graph.producer(v) for v in graph.inputs_of(node) if v is not None]
+    graph.erase(node)
+    for producer in feeding:
+        _erase_if_unused(graph, producer)
 
 
 def _moves_only_unit_axes(shape, perm: list[int]) -> bool:
@@ -230,13 +243,15 @@ def _sink(graph: Graph, node: Node, perm: list[int], result: PassResult) -> bool
             new_inputs.append(v)
     out = user.output(0)
     consumers = graph.users(out)
+    old_inputs = graph.inputs_of(user)
     graph.set_inputs(user, new_inputs)
     graph.infer_node(user)
     moved = graph.add_node("Transpose", [out], perm=perm, name=graph.fresh_name(f"{user.name}_t"))
     for consumer, port in consumers:
         graph.set_input(consumer, port, moved)
-    for v in transposed:
-        _erase_if_unused(graph, graph.producer(v))
+    for v in old_inputs:
+        if v is not None:
+            _erase_if_unused(graph, graph.producer(v))
     result.count("transposes_sunk")
     return True
 
