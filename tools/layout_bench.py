@@ -179,14 +179,72 @@ def fit(rounds: int) -> dict[str, float]:
             "gemm_gflops": gflops, "dw_direct_ns": dw_ns, "to_nhwc_ns": max(t_in), "to_nchw_ns": max(t_out)}
 
 
+# ---------------------------------------------------------------------------- end to end: -O2 vs -O3
+SUITE = ["mlp", "transformer_block", "elementwise_chain", "layernorm_softmax", "resnet50_light"]
+
+
+def load_model(name: str) -> tlc.Graph:
+    """A suite model (tools/models.py) or a light model of the onnx package (``inception_v1``, ...)."""
+    import tempfile
+
+    import onnx
+
+    if name in SUITE:
+        path = Path(tempfile.mkdtemp()) / f"{name}.onnx"
+        onnx.save(models.bench_model(name), str(path))
+        return tlc.load(str(path))
+    return tlc.load(str(models.light_model_path(name)))
+
+
+def end_to_end(name: str, n_threads: int, rounds: int, forced: bool) -> str:
+    """One markdown row: -O2, -O3 (and channels-last forced) compiled with eager JIT, run interleaved."""
+    from tlc.passes.layout import LayoutPass
+
+    graph = load_model(name)
+    rng = np.random.default_rng(0)
+    feeds = {n.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in n.output_types[0].shape])
+             .astype(n.output_types[0].dtype) for n in graph.inputs}
+    cleanup = ("fold", "simplify", "dce", "cse")
+    plans = {"-O2": tlc.compile(graph, opt_level=2, jit="eager", num_threads=n_threads),
+             "-O3": tlc.compile(graph, opt_level=3, jit="eager", num_threads=n_threads)}
+    if forced:
+        plans["NHWC"] = tlc.compile(graph, passes=(cleanup, LayoutPass(prefer="nhwc"), cleanup, "fuse"),
+                                    jit="eager", num_threads=n_threads)
+    same = plans["-O2"].program.graph.structural_hash() == plans["-O3"].program.graph.structural_hash()
+    wall: dict[str, list[float]] = {k: [] for k in plans}
+    cpu: dict[str, list[float]] = {k: [] for k in plans}
+    keys = list(plans)
+    for r in range(rounds):
+        for key in keys if r % 2 == 0 else keys[::-1]:
+            plans[key].run(feeds)
+            c0, t0 = time.process_time(), time.perf_counter()
+            plans[key].run(feeds)
+            wall[key].append((time.perf_counter() - t0) * 1e3)
+            cpu[key].append((time.process_time() - c0) * 1e3)
+    cells = [f"{statistics.median(wall[k]):.2f} / {min(wall[k]):.2f} / {statistics.median(cpu[k]):.2f}" for k in keys]
+    ratio = statistics.median(wall["-O3"]) / statistics.median(wall["-O2"])
+    return f"| {name} | {n_threads} | {' | '.join(cells)} | {ratio:.3f} | {'identical' if same else 'channels-last'} |"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--fit", action="store_true", help="measure the cost model's constants and exit")
+    parser.add_argument("--e2e", nargs="*", metavar="MODEL",
+                        help="time whole models at -O2 and -O3 (default: the benchmark suite) and exit")
+    parser.add_argument("--forced", action="store_true", help="with --e2e: also time channels-last forced")
     args = parser.parse_args(argv)
     lib_conv.direct_kernel()
+    if args.e2e is not None:
+        extra = " | NHWC forced" if args.forced else ""
+        print(f"| model | threads | -O2 | -O3{extra} | -O3 / -O2 | -O3 graph |  (ms: median / min wall / median CPU)")
+        print("|---|---|---|---|" + ("---|" if args.forced else "") + "---|---|")
+        for name in args.e2e or SUITE:
+            for n_threads in args.threads:
+                print(end_to_end(name, n_threads, args.rounds, args.forced), flush=True)
+        return 0
     if args.fit:
         for n_threads in args.threads:
             threads.apply(n_threads)
