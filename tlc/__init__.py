@@ -26,7 +26,7 @@ from .passes.manager import PassManager, optimize
 from .passes.report import PassReport
 from .runtime import CompileOptions, InferenceSession, Plan, PlanStats, Profile, compile
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # NOTE: tlc.backend (the onnx.backend.base.Backend) is imported on its own: it pulls in onnx.backend.
 
