@@ -207,10 +207,7 @@ class _Rewriter:
                 continue
             back = g.add_node("Transpose", [self.nhwc[v]], perm=list(NHWC_TO_NCHW),
                               name=g.fresh_name(f"{node.name}_to_nchw"))
-            for user, port in g.users(v):
-                if user.id not in self.region.ids:
-                    g.set_input(user, port, back)
-            g.outputs = [(back if out == v else out, n) for out, n in g.outputs]
+            g.replace_all_uses(v, back)     # users outside; those inside are erased below
             exits.append((g.value_name(v), back))
             added += 1
         feeding = {v.node for node in self.region.nodes for v in g.inputs_of(node) if v is not None}
