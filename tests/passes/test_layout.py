@@ -235,3 +235,32 @@ def test_transposes_that_would_not_cancel_stay(rng):
     g.output(g.add_node("Tanh", [g.add_node("Transpose", [x], perm=[0, 1, 3, 2])]), "b")
     out, stats = run_layout(g, rng, exact=True)
     assert stats == {} and str(out) == str(g)
+
+
+# ---------------------------------------------------------------------------- decisions on real models (slow)
+@pytest.mark.slow
+def test_o3_equals_o2_on_the_benchmark_suite_and_switches_inception():
+    """Pins the decisions that tools/layout_bench.py --e2e measured (see layout_cost.py): on resnet50_light
+    channels-last saves 4.9% of the conv time by the model and 0-4% end to end on one thread (not measurable on
+    two threads on the shared machine), under the 6% margin, so -O3 keeps the -O2 graph for every suite model;
+    Inception v1 (model: 19.7%, measured: -O3 11% faster) switches. Re-measure before changing these."""
+    import os
+    import sys
+    import tempfile
+
+    import onnx
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+    import models
+
+    for name in ("mlp", "transformer_block", "elementwise_chain", "layernorm_softmax", "resnet50_light"):
+        path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
+        onnx.save(models.bench_model(name), path)
+        graph = tlc.load(path)
+        o2, _ = tlc.optimize(graph, opt_level=2)
+        o3, _ = tlc.optimize(graph, opt_level=3)
+        assert o3.structural_hash() == o2.structural_hash(), name
+    inception = tlc.load(str(models.light_model_path("inception_v1")))
+    o3, report = tlc.optimize(inception, opt_level=3)
+    stats = next(r.stats for r in report.records if r.name == "layout")
+    assert stats["regions_nhwc"] == 1 and stats["regions_kept_nchw"] == 2 and "Conv" not in o3.op_counts()
