@@ -457,6 +457,18 @@ class Graph:
                 continue
             self.infer_node(node)
 
+    def infer_missing_types(self) -> bool:
+        """Type a graph that has untyped values (the text IR may omit types): constants from their arrays, then
+        every operation by inference. Returns False (and changes nothing) when every value is typed already."""
+        nodes = self.nodes()
+        if all(t is not None for n in nodes if n.op != "Input" for t in n.output_types):
+            return False
+        for node in nodes:
+            if node.op == "Constant" and node.domain == "" and node.output_types[0] is None:
+                node.output_types[0] = TensorType.of(node.attrs["value"])
+        self.infer_types()
+        return True
+
     # ------------------------------------------------------------------ whole-graph services
     def verify(self) -> None:
         """Check the graph (see ``tlc.ir.verify``); raises ``ValidationError`` naming node, op and port."""
