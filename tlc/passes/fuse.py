@@ -118,6 +118,7 @@ class FusePass(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         result = PassResult()
+        graph.infer_missing_types()  # groups are chosen by dtype and shape: a graph read from text may lack them
         part = _Partition(graph)
         groups: list[tuple[str, list[int]]] = []
         for node in part.order:
