@@ -88,21 +88,31 @@ class FoldPass(Pass):
 class SizePolicy:
     """Whether a fold's result may be as large as it is (see the module docstring: no growth, small, parameter).
 
-    NOTE: which nodes *could* fold is computed once, in topological order, before any folding: the consumers the
-    parameter walk visits are original nodes, whose inputs are constants or foldable nodes either way.
+    NOTE: which nodes *could* fold is computed once, in topological order, when first needed: the consumers the
+    parameter walk visits are nodes the pass has not reached yet, so folding upstream of them changes nothing
+    of the answer (their inputs are constants or foldable nodes either way).
     """
 
     def __init__(self, graph: Graph, limit: int):
         self.graph = graph
         self.limit = limit
-        self.computable: set[int] = set()
-        for node in graph.nodes():
-            opdef = _foldable_opdef(node)
-            if opdef is not None and all(v is None or self._known(v, opdef) for v in graph.inputs_of(node)):
-                self.computable.add(node.id)
+        self._computable: set[int] | None = None
+
+    @property
+    def computable(self) -> set[int]:
+        """Ids of the nodes that could fold (constant or foldable inputs all the way up); computed when first
+        needed, i.e. when a result exceeds the limit (most graphs never ask)."""
+        if self._computable is None:
+            self._computable = set()
+            for node in self.graph.nodes():
+                opdef = _foldable_opdef(node)
+                if opdef is not None and all(v is None or self._known(v, opdef)
+                                             for v in self.graph.inputs_of(node)):
+                    self._computable.add(node.id)
+        return self._computable
 
     def _known(self, value: Value, opdef: OpDef) -> bool:
-        if value.node in self.computable or self.graph.is_constant(value):
+        if value.node in self._computable or self.graph.is_constant(value):
             return True
         t = self.graph.type_of(value)
         return opdef.has(Trait.SHAPE_ONLY) and t is not None and t.is_static
@@ -191,13 +201,23 @@ def _check_types(node: Node, arrays: list[np.ndarray]) -> None:
 def replace_with_constants(graph: Graph, node: Node, arrays: list[np.ndarray]) -> list[Value]:
     """Replace ``node`` by one Constant per used output, each under the output's name; erase ``node``."""
     used = [(port, graph.value_name(v)) for port, v in enumerate(node.outputs) if graph.num_uses(v)]
+    if node.name not in {name for _, name in used}:
+        # The usual case: renaming the outputs frees their names at once, so each constant is made only once.
+        finals = []
+        for port, name in used:
+            graph.rename_value(Value(node.id, port), graph.fresh_name(f"{name}.folded"))
+            final = graph.constant(arrays[port], name=name)
+            graph.replace_all_uses(Value(node.id, port), final)
+            finals.append(final)
+        graph.erase(node)
+        return finals
     temporaries = []
     for port, name in used:
         tmp = graph.constant(arrays[port], name=graph.fresh_name(f"{name}.folded"))
         graph.replace_all_uses(Value(node.id, port), tmp)
         temporaries.append(tmp)
     graph.erase(node)
-    # The old names are free now: move each constant under its value's original name.
+    # The node's own name is one of the names: it is free only now that the node is gone.
     finals = []
     for (port, name), tmp in zip(used, temporaries):
         final = graph.constant(arrays[port], name=name)
