@@ -44,8 +44,9 @@ RTOL = 1e-5
 MAX_RANDOM = 1 << 22
 
 
-def tools_models():
-    spec = importlib.util.spec_from_file_location("tlc_tools_models", ROOT / "tools" / "models.py")
+def tool(name: str):
+    """A module of tools/ (not a package), loaded from its file."""
+    spec = importlib.util.spec_from_file_location(f"tlc_tools_{name}", ROOT / "tools" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -107,7 +108,7 @@ def shipped_tolerances() -> dict[str, tuple[float, float]]:
 
 @functools.cache
 def bench_graph(name: str) -> tlc.Graph:
-    return from_onnx(tools_models().BUILDERS[name]())[0]
+    return from_onnx(tool("models").BUILDERS[name]())[0]
 
 
 # ---------------------------------------------------------------------------- checking
@@ -191,10 +192,10 @@ def op_counts(g: tlc.Graph) -> Counter:
 
 
 # ---------------------------------------------------------------------------- quick: one light model, one block
-@pytest.mark.parametrize("variant", ["shipped", "random"])
-def test_squeezenet_every_pass_every_level(variant):
-    g = light_graph("squeezenet", variant)
-    check_model(g, model_feeds(g, variant), f"squeezenet/{variant}")
+def test_squeezenet_every_pass_every_level():
+    """The quick representative: random weights, every level and every pass alone (the rest is slow)."""
+    g = light_graph("squeezenet", "random")
+    check_model(g, model_feeds(g, "random"), "squeezenet/random")
 
 
 def test_transformer_block_every_pass_every_level_and_recognitions(rng):
@@ -237,8 +238,8 @@ def test_big_fills_feeding_elementwise_ops_stay(rng):
 
 # ---------------------------------------------------------------------------- slow: all light models
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["shipped", "random"])
-@pytest.mark.parametrize("model", [m for m in LIGHT_MODELS if m != "squeezenet"])
+@pytest.mark.parametrize("model, variant", [(m, v) for m in LIGHT_MODELS for v in ("shipped", "random")
+                                            if (m, v) != ("squeezenet", "random")])
 def test_light_model_every_pass_every_level(model, variant):
     """Random weights: every level and every pass alone. Shipped: every level (passes alone add little on
     uniform weights), and -O2 still gives the output the ONNX package ships, within its tolerances."""
@@ -276,6 +277,17 @@ def test_bench_model_every_pass_every_level(name, rng):
     g = bench_graph(name)
     feeds = {n.name: rng.standard_normal(n.output_types[0].shape).astype(np.float32) for n in g.inputs}
     check_model(g, feeds, name)
+
+
+def test_node_counts_tool_table(capsys):
+    """tools/node_counts.py: one markdown row per model, counting a fused group as one op."""
+    node_counts = tool("node_counts")
+    assert node_counts.main(["--models", "mlp", "--repeat", "1"]) == 0
+    header, rule, row = capsys.readouterr().out.splitlines()
+    assert header.split("|")[2:-1] == [f" {c} " for c in node_counts.COLUMNS]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    # mlp: Gemm, Relu, Gemm, Relu, Gemm, Softmax; -O2: two Gemm+Relu epilogues, a Gemm, a Softmax row kernel
+    assert cells[:4] == ["mlp", "6", "6", "4"] and int(cells[5]) > 0
 
 
 def test_level_pipelines_iterate_the_cleanup():
