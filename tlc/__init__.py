@@ -5,6 +5,7 @@ The public API is re-exported here; see README.md.
 
 from . import ops as ops  # registers every operator and installs the IR's op resolver
 from . import reference as reference
+from ._version import __version__ as __version__
 from .errors import (
     BackendError,
     CompileError,
@@ -25,8 +26,6 @@ from .passes import PassOptions, PassResult
 from .passes.manager import PassManager, optimize
 from .passes.report import PassReport
 from .runtime import CompileOptions, InferenceSession, Plan, PlanStats, Profile, compile
-
-__version__ = "0.1.0"
 
 # NOTE: tlc.backend (the onnx.backend.base.Backend) is imported on its own: it pulls in onnx.backend.
 

@@ -41,7 +41,7 @@ def default_cache_dir() -> Path:
 
 
 def _environment_digest() -> str:
-    from .. import __version__ as tlc_version
+    from .._version import __version__ as tlc_version
 
     h = hashlib.sha256()
     h.update(f"tlc={tlc_version};numba={numba.__version__};llvmlite={llvmlite.__version__};".encode())
