@@ -222,12 +222,43 @@ class RandomGraph:
         else:
             self.add(op, x)
 
+    def shape_noops(self) -> None:
+        """Layout ops that may or may not change anything: Unsqueeze/Squeeze pairs (same or other axes), a Slice
+        of everything or of a part, Concat of one or two values, Expand to the own or a bigger shape."""
+        x = self.pick(lambda s: len(s) >= 1)
+        shape = self.shape(x)
+        rank = len(shape)
+        op = self.draw(st.sampled_from(["unsqueeze", "squeeze", "slice", "concat", "expand"]))
+        if op == "unsqueeze":
+            axis = self.draw(st.integers(-rank - 1, rank))
+            other = self.draw(st.sampled_from([axis, 0]))
+            up = self.add("Unsqueeze", x, self.g.constant(np.array([axis], np.int64)))
+            if (other % (rank + 1)) == (axis % (rank + 1)) or self.draw(st.booleans()):
+                self.add("Squeeze", up, self.g.constant(np.array([axis], np.int64)))
+        elif op == "squeeze" and 1 in shape:
+            axis = shape.index(1)
+            down = self.add("Squeeze", x, self.g.constant(np.array([axis], np.int64)))
+            self.add("Unsqueeze", down, self.g.constant(np.array([axis], np.int64)))
+        elif op == "slice" and self.static_last(shape):
+            end = self.draw(st.sampled_from([shape[-1], 2**31 - 1, max(1, shape[-1] - 1)]))
+            self.add("Slice", x, self.g.constant(np.array([0], np.int64)), self.g.constant(np.array([end], np.int64)),
+                     self.g.constant(np.array([-1], np.int64)))
+        elif op == "concat":
+            inputs = [x] if self.draw(st.booleans()) else [x, x]
+            self.add("Concat", *inputs, axis=-1)
+        elif op == "expand" and all(isinstance(d, int) for d in shape):
+            target = shape if self.draw(st.booleans()) else (2,) + shape
+            source = x if self.draw(st.booleans()) else self.const(shape[-1:])
+            self.add("Expand", source, self.g.constant(np.array(target, np.int64)))
+        else:
+            self.add("Identity", x)
+
     def dead(self) -> None:
         """A branch no output needs."""
         self.g.add_node("Relu", [self.pick()])
 
     STEPS = ("unary", "binary", "matmul", "reduce", "softmax", "transpose", "reshape", "layer_norm", "gelu",
-             "power", "constant_chain", "repeat", "passthrough", "dead")
+             "power", "constant_chain", "repeat", "passthrough", "shape_noops", "dead")
 
 
 class Drawn:
@@ -288,7 +319,7 @@ def test_random_graphs_keep_their_outputs(drawn):
 
 
 @pytest.mark.slow
-@settings(max_examples=400, **COMMON)
+@settings(max_examples=250, **COMMON)
 @given(random_graphs())
 def test_many_random_graphs_keep_their_outputs(drawn):
     check_random(drawn)
