@@ -1,6 +1,7 @@
 """Channels-last twins of the layout-sensitive CNN ops: ``tlc.ConvNhwc``, ``tlc.MaxPoolNhwc``, ...
 
-Each twin is defined by its ONNX op on transposed data, so it is correct by construction:
+Each twin is defined by its ONNX op on transposed data, so it is correct by construction (and its reference is
+bit for bit the ONNX op's):
 ``tlc.<Op>Nhwc(x, w, ...) == Transpose(<Op>(Transpose(x, NHWC_TO_NCHW), w', ...), NCHW_TO_NHWC)`` where the
 data input ``x`` and the output are [N, H, W, C] and a convolution weight ``w`` is OHWI [M, kh, kw, C/group]
 (``w' = Transpose(w, NHWC_TO_NCHW)`` is ONNX's OIHW). Attributes are the ONNX op's, unchanged (``pads``,
@@ -77,8 +78,10 @@ def _make_infer(twin: Twin):
 
 def _make_reference(twin: Twin):
     def reference(*inputs: np.ndarray | None, **attrs: Any) -> np.ndarray:
-        ins = [np.transpose(a, NHWC_TO_NCHW) if i in twin.permuted_inputs and a is not None else a
-               for i, a in enumerate(inputs)]
+        # NOTE: contiguous copies, so that the ONNX op's reference reduces in the same order as on NCHW data and
+        # the twin's result is bit for bit the ONNX op's (numpy sums a transposed view in another order)
+        ins = [np.ascontiguousarray(np.transpose(a, NHWC_TO_NCHW)) if i in twin.permuted_inputs and a is not None
+               else a for i, a in enumerate(inputs)]
         (y, *_) = get(twin.onnx_op).run_reference(ins, attrs)
         return np.ascontiguousarray(np.transpose(y, NCHW_TO_NHWC))
 
