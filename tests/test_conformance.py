@@ -13,6 +13,8 @@ import onnx_cases
 import pytest
 from onnx import TensorProto, helper
 
+from tlc.ops import Trait, lookup
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -78,13 +80,48 @@ def test_main_writes_markdown_and_json(tmp_path, monkeypatch):
     assert {c["name"]: c["status"] for c in data["cases"]}["test_relu_wrong"] == "fail"
 
 
+#: Cases that pass in the reference but whose fused group tlc.kernels cannot compile (no row form for Hardmax and
+#: LpNormalization): the plan runs the group on the reference path. Reproducer, handed to the owners as a strict
+#: xfail: tests/test_compiled_conformance.py::test_row_ops_the_fuse_pass_groups_compile.
+NO_ROW_FORM = {"test_hardmax_example", "test_hardmax_one_hot", "test_hardmax_axis_2", "test_hardmax_negative_axis",
+               "test_hardmax_default_axis", "test_l2normalization_axis_1", "test_l1normalization_axis_0",
+               "test_l1normalization_axis_1", "test_l1normalization_axis_last", "test_lpnormalization_default"}
+
+
+def _layout_sensitive(case) -> bool:
+    return any(Trait.LAYOUT_SENSITIVE in getattr(lookup(n.op_type, n.domain), "traits", ())
+               for n in case.model.graph.node)
+
+
 @pytest.mark.slow
-def test_pass_rate_over_registered_op_cases_meets_the_target():
+def test_pass_rates_of_the_reference_and_of_compiled_plans_meet_the_targets():
+    """The conformance run: every node case in the reference and, where it passes, as a compiled plan.
+
+    -O2 runs every passing node case. -O3 differs from -O2 only by the layout pass, which rewrites around
+    layout-sensitive ops (Trait.LAYOUT_SENSITIVE), so -O3 runs the cases that have one: the full -O3 matrix costs
+    another ~35 s and is in docs/conformance.md. The light models run in the reference here (compiled: the
+    conformance doc, and test_compiled_conformance.py with random weights). Cold kernel cache on 2 cores:
+    ~2.5 min; warm: ~1 min.
+    """
+    o2 = onnx_cases.CompiledRunner(opt_level=2)
     with np.errstate(all="ignore"):
-        results = conformance.run_cases(conformance.node_cases() + conformance.light_cases())
+        results = conformance.run_cases(conformance.node_cases(), compiled={o2.label: o2})
+        results += conformance.run_cases(conformance.light_cases())
     s = conformance.summarize(results)
     assert s["cases"] == 1884 + 9
     assert s["registered_op_cases"] >= 400  # the rate is over a real population, not a handful of cases
     failing = [f"{r.name}: {conformance.short_reason(r.reason)}" for r in results if r.status == "fail"]
     assert s["pass_rate"] >= conformance.TARGET_RATE, (f"pass rate {s['pass_rate']:.3f} < "
                                                         f"{conformance.TARGET_RATE}:\n" + "\n".join(failing))
+    passing = {r.name for r in results if r.status == "pass" and r.kind == "node"}
+    assert s["compiled"]["-O2"]["ran"] == len(passing) >= 1000
+    o3 = onnx_cases.CompiledRunner(opt_level=3)
+    layout_cases = [c for c in conformance.node_cases() if c.name in passing and _layout_sensitive(c)]
+    assert len(layout_cases) >= 50  # Conv, ConvTranspose, pooling, BatchNormalization, ...
+    failures = [(name, label, reason) for name, label, reason in conformance.compiled_failures(results)]
+    with np.errstate(all="ignore"):
+        failures += [(c.name, o3.label, reason) for c in layout_cases
+                     for status, reason in [onnx_cases.run_case(c, o3)] if status != "pass"]
+    unexpected = [f"{name} {label}: {reason}" for name, label, reason in failures
+                  if not (name in NO_ROW_FORM and "no row form" in reason)]
+    assert not unexpected, f"{len(unexpected)} cases pass in the reference but not compiled:\n" + "\n".join(unexpected)
