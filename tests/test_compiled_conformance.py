@@ -13,6 +13,7 @@ group really compiled (``onnx_cases.CompiledRunner(strict_jit=True)``): a group 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import warnings
 from pathlib import Path
@@ -131,7 +132,21 @@ def test_row_ops_the_fuse_pass_groups_compile(op, attrs, axes, tmp_path):
 
 
 # ---------------------------------------------------------------------------- slow: models
-def _compiled(graph: tlc.Graph, opt_level: int) -> tlc.Plan:
+_HASHES: dict[tuple[str, int], str] = {}
+
+
+def _optimized_hash(key: str, opt_level: int, graph: tlc.Graph) -> str:
+    if (key, opt_level) not in _HASHES:
+        _HASHES[key, opt_level] = tlc.optimize(graph, opt_level=opt_level)[0].structural_hash()
+    return _HASHES[key, opt_level]
+
+
+def _compiled(graph: tlc.Graph, opt_level: int, key: str) -> tlc.Plan:
+    """The plan at ``opt_level``, every fused group compiled. At -O3, a graph that the -O3 pipeline leaves
+    exactly as -O2 does (no pass or rule of -O3 applies: today none of the models) gives the -O2 plan again,
+    so that test is skipped: running it would cost CI time and test nothing new."""
+    if opt_level == 3 and _optimized_hash(key, 3, graph) == _optimized_hash(key, 2, graph):
+        pytest.skip("-O3 optimizes this model exactly as -O2 does")
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)   # a group left on the reference path warns: fail on it
         plan = tlc.compile(graph, opt_level=opt_level, jit="eager")
@@ -139,24 +154,43 @@ def _compiled(graph: tlc.Graph, opt_level: int) -> tlc.Plan:
     return plan
 
 
+MAX_RANDOM = 1 << 22  # larger fills (the fully connected layers of AlexNet, VGG, ZFNet) stay uniform: speed
+
+
 def random_weights(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
     """The light model with its ConstantOfShape weight fills replaced by random initializers (He-scaled normal
-    for filters and matrices; [0.5, 1.5) for vectors, so BatchNormalization's variances stay valid)."""
+    for filters and matrices; [0.5, 1.5) for vectors, so BatchNormalization's variances stay valid), and its
+    final Softmax dropped (random weights give large logits; a saturated softmax would hide differences)."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     kept = []
     for node in model.graph.node:
-        if node.op_type != "ConstantOfShape" or node.input[0] not in inits:
+        shape = tuple(int(d) for d in inits[node.input[0]]) if node.input and node.input[0] in inits else None
+        if node.op_type != "ConstantOfShape" or shape is None or np.prod(shape) > MAX_RANDOM:
             kept.append(node)
             continue
-        shape = tuple(int(d) for d in inits[node.input[0]])
         if len(shape) >= 2:
             value = rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / np.prod(shape[1:])))
         else:
             value = rng.uniform(0.5, 1.5, shape).astype(np.float32)
         model.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+        # NOTE: opset 9 models have IR version 3, where every initializer is also a graph input
+        model.graph.input.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, shape))
+    if kept[-1].op_type == "Softmax" and kept[-1].output[0] == model.graph.output[0].name:
+        model.graph.output[0].name = kept.pop().input[0]
     del model.graph.node[:]
     model.graph.node.extend(kept)
     return model
+
+
+@functools.cache
+def _light_case(model: str) -> tuple[tlc.Graph, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(graph with random weights, feeds, reference outputs), once per model for both opt levels."""
+    rng = np.random.default_rng(0)
+    graph, _ = from_onnx(random_weights(onnx.load(LIGHT / f"light_{model}.onnx"), rng))
+    (inp,) = graph.inputs
+    shape = tuple(d if isinstance(d, int) else 1 for d in inp.output_types[0].shape)
+    feeds = {inp.name: rng.random(shape, dtype=np.float32)}
+    return graph, feeds, tlc.reference.run(graph, feeds)
 
 
 @pytest.mark.slow
@@ -164,16 +198,15 @@ def random_weights(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.Mod
 @pytest.mark.parametrize("model", LIGHT_MODELS)
 def test_light_model_with_random_weights_compiled_matches_reference(model, opt_level):
     """Random weights (the shipped ones are uniform fills, under which many bugs cancel out); the shipped outputs
-    themselves are checked at -O2 and -O3 by the conformance run (test_conformance.py, docs/conformance.md)."""
-    rng = np.random.default_rng(0)
-    graph, _ = from_onnx(random_weights(onnx.load(LIGHT / f"light_{model}.onnx"), rng))
-    (inp,) = graph.inputs
-    feeds = {inp.name: rng.random(tuple(d if isinstance(d, int) else 1 for d in inp.output_types[0].shape),
-                                  dtype=np.float32)}
-    want = tlc.reference.run(graph, feeds)
-    got = _compiled(graph, opt_level).run(feeds)
+    themselves are checked at -O2 and -O3 by the conformance run (docs/conformance.md)."""
+    graph, feeds, want = _light_case(model)
+    _assert_close(_compiled(graph, opt_level, model).run(feeds), want)
+
+
+def _assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert set(got) == set(want)
     for name, array in want.items():
-        assert got[name].dtype == array.dtype and got[name].shape == array.shape
+        assert got[name].dtype == array.dtype and got[name].shape == array.shape, name
         # float32 sums in another order: differences relative to the outputs' scale
         np.testing.assert_allclose(got[name], array, rtol=1e-4, atol=1e-5 * float(np.abs(array).max()),
                                    err_msg=name)
@@ -190,18 +223,20 @@ def _load_models():
 models = _load_models()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("opt_level", LEVELS)
-@pytest.mark.parametrize("name", [*models.BUILDERS, "resnet50_light"])
-def test_benchmark_model_compiled_matches_reference(name, opt_level):
+@functools.cache
+def _bench_case(name: str) -> tuple[tlc.Graph, dict[str, np.ndarray], dict[str, np.ndarray]]:
     graph, _ = from_onnx(models.bench_model(name))
     rng = np.random.default_rng(0)
     feeds = {node.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in node.output_types[0].shape],
                                             dtype=np.float32) for node in graph.inputs}
-    want = tlc.reference.run(graph, feeds)
-    plan = _compiled(graph, opt_level)
+    return graph, feeds, tlc.reference.run(graph, feeds)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("opt_level", LEVELS)
+@pytest.mark.parametrize("name", [*models.BUILDERS, "resnet50_light"])
+def test_benchmark_model_compiled_matches_reference(name, opt_level):
+    graph, feeds, want = _bench_case(name)
+    plan = _compiled(graph, opt_level, name)
     assert plan.groups, "the benchmark models all have fusible regions"
-    got = plan.run(feeds)
-    for name_, array in want.items():
-        assert got[name_].dtype == array.dtype and got[name_].shape == array.shape
-        np.testing.assert_allclose(got[name_], array, rtol=1e-4, atol=1e-4, err_msg=name_)
+    _assert_close(plan.run(feeds), want)
