@@ -69,7 +69,8 @@ def hostile_model(text: str) -> onnx.ModelProto:
         [vi(previous, TensorProto.FLOAT, [4, 8]), vi(n("as string"), TensorProto.STRING, [4, 1]),
          vi(n("strings out"), TensorProto.STRING, [2])], initializer=[weight, bias], doc_string=text)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], doc_string=text,
-                              producer_name=text)
+                              producer_name=text, producer_version=text)
+    helper.set_model_props(model, {text: text, "key": text})
     model.ir_version = 10  # onnxruntime 1.31 reads IR versions up to 13
     onnx.checker.check_model(model)
     return model
@@ -129,6 +130,33 @@ def test_compiled_plan_runs_and_no_model_string_reaches_generated_source(hostile
     for path in files:
         _assert_clean(path.read_bytes(), text, f"cache file {path.name}")
         assert MARK not in path.name
+    assert not sentinel.exists()
+
+
+def test_cuda_source_of_the_hostile_groups_holds_no_model_string(hostile, tmp_path):
+    """The CUDA renderer (elementwise groups; run under Numba's simulator where numba-cuda is installed)."""
+    cuda = pytest.importorskip("numba.cuda")
+    if not cuda.is_available():
+        pytest.skip("no CUDA device and no simulator")
+    from tlc.kernels import KernelCache, compile_group
+
+    model, text, sentinel = hostile
+    graph, _ = from_onnx(model)
+    plan = tlc.compile(graph, opt_level=2, jit="off")
+    (epilogue,) = [g for g in plan.groups if g.kind == "epilogue"]
+    body = epilogue.split.elementwise                        # Relu, Mul, Tanh, Sigmoid after the Gemm
+    assert any(text in node.name for node in body.nodes())
+    kernel = compile_group(body, "elementwise", [n.output_types[0] for n in body.inputs], target="cuda",
+                           cache=KernelCache(tmp_path / "cuda"))
+    assert kernel.source.isascii()
+    _assert_clean(kernel.source, text, "CUDA kernel source")
+    for path in (p for p in (tmp_path / "cuda").rglob("*") if p.is_file()):
+        _assert_clean(path.read_bytes(), text, f"cache file {path.name}")
+    rng = np.random.default_rng(2)
+    ins = [rng.standard_normal(tuple(n.output_types[0].shape), dtype=np.float32) for n in body.inputs]
+    out = np.empty(tuple(body.type_of(body.outputs[0][0]).shape), np.float32)
+    kernel(ins, [out])
+    np.testing.assert_allclose(out, tlc.reference.run_graph(body, ins)[0], rtol=1e-5, atol=1e-6)
     assert not sentinel.exists()
 
 
