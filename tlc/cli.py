@@ -94,7 +94,8 @@ def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-iterations", type=int, metavar="N", default=None,
                        help="bound on fixed-point iteration of the cleanup passes")
     group.add_argument("--fold-size-limit", type=int, metavar="N", default=None,
-                       help=f"largest tensor (elements) folding may create (default {PassOptions.fold_size_limit})")
+                       help=f"elements above which a folded result must be a parameter (a weight read whole), "
+                            f"not an input of elementwise ops (default {PassOptions.fold_size_limit})")
     group.add_argument("--fast-math", action="store_true",
                        help="allow rewrites that change floating-point rounding")
     group.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")

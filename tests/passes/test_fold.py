@@ -201,3 +201,47 @@ def test_reference_with_wrong_dtype_is_refused(monkeypatch):
     with pytest.raises(tlc.PassError, match=r"^pass 'fold': folding node 'widen' \(test.fold.Widen\): the reference "
                                             r"implementation gave float64\[2\] for output 0, typed float32\[2\]$"):
         PassManager("fold").run(g)
+
+
+# ---------------------------------------------------------------------------- size policy: who reads a large result
+def _fill(g: tlc.Graph, shape: tuple[int, ...], name: str, value: float = 0.5) -> tlc.Value:
+    return g.add_node("ConstantOfShape", [g.constant(np.array(shape, np.int64))],
+                      value=np.array([value], np.float32), name=name)
+
+
+def test_large_parameter_folds_also_through_elementwise_folds(rng):
+    """A fill above the limit that a MatMul reads as its weight folds, also when an elementwise op of constants
+    (which folds too) stands between them; a fill that an Add reads stays."""
+    g = tlc.Graph()
+    x = g.input("x", "float32", (2, 16))
+    weight = g.add_node("Mul", [_fill(g, (16, 16), "w"), g.constant(np.float32(0.25))], name="scaled")
+    g.output(g.add_node("Add", [g.add_node("MatMul", [x, weight]), _fill(g, (2, 16), "bias")]), "y")
+    out, result = apply(FoldPass, g, rng, fold_size_limit=8)
+    assert result.stats == {"folded": 2, "skipped_too_large": 1}
+    np.testing.assert_array_equal(out.const_value(out.value("scaled")), np.full((16, 16), 0.125, np.float32))
+    assert out.producer(out.value("bias")).op == "ConstantOfShape"
+
+
+def test_large_value_with_any_elementwise_reader_or_as_graph_output_stays(rng):
+    g = tlc.Graph()
+    x = g.input("x", "float32", (8, 8))
+    shared = _fill(g, (8, 8), "shared")                  # a MatMul weight, but an Add reads it too
+    g.output(g.add_node("Add", [g.add_node("MatMul", [x, shared]), shared]), "y")
+    g.output(_fill(g, (4, 4), "out_fill"), "filled")     # a graph output: storing it only grows the model
+    out, result = apply(FoldPass, g, rng, fold_size_limit=4)
+    assert not result.changed and result.stats == {"skipped_too_large": 2}
+    _, result = apply(FoldPass, g, rng, fold_size_limit=64)
+    assert result.stats == {"folded": 2}
+
+
+def test_equal_folds_share_one_array_and_cse_merges_them(rng):
+    g = tlc.Graph()
+    x = g.input("x", "float32", (2, 4))
+    first = g.add_node("MatMul", [x, _fill(g, (4, 4), "w1")])
+    g.output(g.add_node("MatMul", [first, _fill(g, (4, 4), "w2")]), "y")
+    out, result = apply(FoldPass, g, rng)
+    assert result.stats == {"folded": 2}
+    assert out.const_value(out.value("w1")) is out.const_value(out.value("w2"))
+    merged, report = tlc.optimize(out, passes="cse")
+    assert report.counters()["constants_merged"] >= 1
+    assert sum(1 for n in merged.nodes() if n.op == "Constant" and n.attrs["value"].shape == (4, 4)) == 1

@@ -224,7 +224,7 @@ class Graph:
         elif isinstance(key, tuple):
             key = key[0]
         try:
-            return self.nx.nodes[key]["node"]
+            return self.nx._node[key]["node"]
         except KeyError:
             raise KeyError(f"no node {key!r} in graph {self.name!r}") from None
 
@@ -242,11 +242,13 @@ class Graph:
     def nodes(self) -> list[Node]:
         """All nodes in deterministic topological order (node id breaks ties)."""
         # NOTE: the order of nx.lexicographical_topological_sort, computed with a heap of int ids: every pass
-        # calls this, and the generic networkx version is several times slower.
-        indegree = dict(self.nx.in_degree())
+        # calls this, and the generic networkx version is several times slower. ``_pred``/``_succ``/``_node`` are
+        # networkx's own adjacency dicts (documented for fast read access); the views around them cost more
+        # than the work here.
+        predecessors, successors, data = self.nx._pred, self.nx._succ, self.nx._node
+        indegree = {n: sum(map(len, p.values())) for n, p in predecessors.items()}
         ready = [n for n, d in indegree.items() if d == 0]
         heapq.heapify(ready)
-        successors, data = self.nx.succ, self.nx.nodes
         order: list[Node] = []
         while ready:
             nid = heapq.heappop(ready)
@@ -281,12 +283,13 @@ class Graph:
         """The values feeding each input port of ``node`` (None for a missing optional input)."""
         node = node if isinstance(node, Node) else self.node(node)
         result: list[Value | None] = [None] * node.num_inputs
-        for src, _, port, src_port in self.nx.in_edges(node.id, keys=True, data="src_port"):
-            if port >= node.num_inputs:
-                raise ValidationError(
-                    f"node {node.name!r} ({node.qualified_op}) has an edge into port {port} "
-                    f"but only {node.num_inputs} inputs")
-            result[port] = Value(src, src_port)
+        for src, edges in self.nx._pred[node.id].items():
+            for port, attrs in edges.items():
+                if port >= node.num_inputs:
+                    raise ValidationError(
+                        f"node {node.name!r} ({node.qualified_op}) has an edge into port {port} "
+                        f"but only {node.num_inputs} inputs")
+                result[port] = Value(src, attrs["src_port"])
         return result
 
     def input_of(self, node: Node | int, port: int) -> Value | None:
@@ -295,14 +298,17 @@ class Graph:
 
     def users(self, value: Value) -> list[tuple[Node, int]]:
         """Consumers of ``value``: (node, input port) pairs sorted by node id then port."""
-        data = self.nx.nodes
-        found = [(dst, port) for _, dst, port, sp in self.nx.out_edges(value.node, keys=True, data="src_port")
-                 if sp == value.port]
+        data = self.nx._node
+        found = [(dst, port) for dst, edges in self.nx._succ[value.node].items()
+                 for port, attrs in edges.items() if attrs["src_port"] == value.port]
         return [(data[dst]["node"], port) for dst, port in sorted(found)]
 
     def num_uses(self, value: Value) -> int:
         """Consumers of ``value``, counting graph outputs."""
-        return len(self.users(value)) + sum(1 for v, _ in self.outputs if v == value)
+        port = value.port
+        consumers = sum(attrs["src_port"] == port for edges in self.nx._succ[value.node].values()
+                        for attrs in edges.values())
+        return consumers + sum(1 for v, _ in self.outputs if v == value)
 
     def is_output(self, value: Value) -> bool:
         return any(v == value for v, _ in self.outputs)
@@ -450,6 +456,18 @@ class Graph:
             if node.op in ("Input", "Constant") and node.domain == "":
                 continue
             self.infer_node(node)
+
+    def infer_missing_types(self) -> bool:
+        """Type a graph that has untyped values (the text IR may omit types): constants from their arrays, then
+        every operation by inference. Returns False (and changes nothing) when every value is typed already."""
+        nodes = self.nodes()
+        if all(t is not None for n in nodes if n.op != "Input" for t in n.output_types):
+            return False
+        for node in nodes:
+            if node.op == "Constant" and node.domain == "" and node.output_types[0] is None:
+                node.output_types[0] = TensorType.of(node.attrs["value"])
+        self.infer_types()
+        return True
 
     # ------------------------------------------------------------------ whole-graph services
     def verify(self) -> None:

@@ -7,6 +7,7 @@ the rank itself is unknown.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +32,8 @@ def dtype_name(dtype: object) -> str:
     """The canonical dtype name for a numpy dtype, a Python/numpy type or a name."""
     if isinstance(dtype, str) and dtype in DTYPES:
         return dtype
+    if isinstance(dtype, np.dtype) and dtype in _NATIVE_NAMES:
+        return _NATIVE_NAMES[dtype]  # NOTE: the common case, asked for every constant; dtype.name is slow
     if dtype in (str, "str", "object") or (isinstance(dtype, np.dtype) and dtype.kind in "OUS"):
         return "string"
     try:
@@ -40,6 +43,9 @@ def dtype_name(dtype: object) -> str:
     if name not in DTYPES:
         raise ValidationError(f"unsupported dtype {name!r}; expected one of {', '.join(DTYPES)}")
     return name
+
+
+_NATIVE_NAMES: dict[np.dtype, str] = {np.dtype(name): name for name in DTYPES if name != "string"}
 
 
 def np_dtype(name: str) -> np.dtype:
@@ -87,7 +93,7 @@ class TensorType:
         """Number of elements, or None when the shape is not static."""
         if not self.is_static:
             return None
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)
 
     def with_shape(self, shape: Shape | None) -> TensorType:
         return TensorType(self.dtype, shape)

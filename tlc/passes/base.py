@@ -19,7 +19,7 @@ class PassOptions:
 
     opt_level: int = 2
     fast_math: bool = False            # allow rewrites that change rounding (reassociation, ...)
-    fold_size_limit: int = 1 << 20     # largest tensor (elements) constant folding may create
+    fold_size_limit: int = 1 << 20     # folded results above this (elements) must be parameters: see fold.py
     target: str = "cpu"                # what kernels the layout cost model and fusion assume
 
 

@@ -10,8 +10,6 @@ Graph output names survive: an output that pointed at a merged value points at i
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from ..ir.graph import Graph, Node
@@ -79,7 +77,7 @@ class _ConstantTable:
     """Constants seen so far, by dtype and shape; byte digests are computed only when a bucket has company."""
 
     def __init__(self) -> None:
-        self.buckets: dict[tuple, list[tuple[Node, str | None]]] = {}
+        self.buckets: dict[tuple, list[tuple[Node, str | int | None]]] = {}
 
     def find_or_add(self, node: Node) -> Node:
         array: np.ndarray = node.attrs["value"]
@@ -87,6 +85,9 @@ class _ConstantTable:
         if not bucket:
             bucket.append((node, None))
             return node
+        for other, _ in bucket:
+            if other.attrs["value"] is array:  # one array behind two constants (fold shares equal results)
+                return other
         digest = _digest(array)
         for i, (other, other_digest) in enumerate(bucket):
             if other_digest is None:
@@ -98,13 +99,26 @@ class _ConstantTable:
         return node
 
 
-def _digest(array: np.ndarray) -> str:
+#: arrays up to this many bytes are fingerprinted whole; larger ones by a sample (equal samples are then compared
+#: byte for byte, so a sample only decides which pairs are worth comparing).
+_WHOLE_BYTES = 1 << 14
+_SAMPLE = 1024
+
+
+def _digest(array: np.ndarray) -> str | int:
+    """A fingerprint: equal arrays have equal ones. Large arrays are sampled at evenly spaced elements: weights
+    of one shape almost always differ there, and hashing every byte of every weight cost more than the pass."""
     if array.dtype == object:
         return attr_digest(array)
-    return hashlib.blake2b(np.ascontiguousarray(array).tobytes(), digest_size=16).hexdigest()
+    flat = np.ascontiguousarray(array).reshape(-1)
+    if flat.nbytes > _WHOLE_BYTES:
+        flat = flat[:: max(1, flat.size // _SAMPLE)]
+    return hash(flat.tobytes())
 
 
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     if a.dtype == object:
         return a.tolist() == b.tolist()
-    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+    # NOTE: as bytes, not values: 0.0 and -0.0 differ, equal NaNs are equal (see the module docstring).
+    return np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                          np.ascontiguousarray(b).reshape(-1).view(np.uint8))

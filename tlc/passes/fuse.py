@@ -118,6 +118,7 @@ class FusePass(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         result = PassResult()
+        graph.infer_missing_types()  # groups are chosen by dtype and shape: a graph read from text may lack them
         part = _Partition(graph)
         groups: list[tuple[str, list[int]]] = []
         for node in part.order:
@@ -227,10 +228,13 @@ class FusePass(Pass):
                     t = graph.type_of(v)
                     mapping[v] = body.input(name, t.dtype, t.shape)
                     outer_inputs.append(v)
+            # NOTE: the body sees the same input types as the node did, so its output types are the node's: copied,
+            # not inferred again (inference was most of this pass's time on DenseNet-121).
             outs = body.add_node(node.op, [None if v is None else mapping[v] for v in graph.inputs_of(node)],
                                  domain=node.domain, name=node.name, output_names=list(node.output_names),
-                                 attrs=node.attrs)
+                                 attrs=node.attrs, infer=False)
             outs = (outs,) if isinstance(outs, Value) else outs
+            body.node(outs[0]).output_types = list(node.output_types)
             for old, new in zip(node.outputs, outs):
                 mapping[old] = new
         escaping: list[Value] = []

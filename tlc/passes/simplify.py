@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.graph import Graph
-from ..ir.types import TensorType
 from .base import Pass, PassOptions, PassResult, register_pass
 from .rewrite import Rule, Tracer, apply_rules
 from .rules import all_rules
@@ -63,7 +62,7 @@ class SimplifyPass(Pass):
         return [r for _, r in all_rules() if r.enabled(self.options) and r.available]
 
     def run(self, graph: Graph) -> PassResult:
-        _ensure_types(graph)
+        graph.infer_missing_types()  # text IR may omit types; rules check types before they fire
         outcome = apply_rules(graph, self.active_rules(), max_sweeps=self.max_sweeps, tracer=self.tracer,
                               pass_name=self.name)
         result = PassResult()
@@ -74,14 +73,3 @@ class SimplifyPass(Pass):
         if not outcome.converged:
             result.stats["unconverged"] = 1
         return result
-
-
-def _ensure_types(graph: Graph) -> None:
-    """Type a graph that has untyped values (text IR may omit types); rules check types before they fire."""
-    nodes = graph.nodes()
-    if all(t is not None for n in nodes if n.op != "Input" for t in n.output_types):
-        return
-    for node in nodes:
-        if node.op == "Constant" and node.domain == "" and node.output_types[0] is None:
-            node.output_types[0] = TensorType.of(node.attrs["value"])
-    graph.infer_types()
