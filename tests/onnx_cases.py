@@ -1,12 +1,15 @@
-"""Running ONNX backend node test cases (``onnx.backend.test.case.node``) through tlc's reference executor.
+"""Running ONNX backend node test cases (``onnx.backend.test.case.node``) through tlc: the reference executor
+by default, or compiled plans (``CompiledRunner``: ``tlc.compile`` at an opt level, eager JIT by default).
 
 One place for the outside oracle: tests and tools/conformance.py use ``run_case`` and ``cases_for``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import onnx
@@ -16,6 +19,46 @@ import tlc
 from tlc.io.onnx import from_onnx
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
+
+#: graph -> a function that runs it on feeds (name -> array) and returns outputs (name -> array)
+Runner = Callable[[tlc.Graph], Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]]
+
+
+def reference_runner(graph: tlc.Graph) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
+    """The reference executor (the default of ``run_case``)."""
+    return functools.partial(tlc.reference.run, graph)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledRunner:
+    """``tlc.compile(graph, opt_level=..., jit=...)``, then ``Plan.run``.
+
+    With ``strict_jit`` a fused group that fails to compile (the plan would run its body on the reference path
+    and warn) is a failure of the case: the point is to test generated kernels, not the fallback.
+    """
+
+    opt_level: int = 2
+    jit: str = "eager"
+    cache_dir: str | None = None      # None: $TLC_CACHE_DIR or the kernel cache's default
+    strict_jit: bool = True
+    on_plan: Callable[[tlc.Plan], None] | None = dataclasses.field(default=None, compare=False)  # sees each plan
+
+    @property
+    def label(self) -> str:
+        return f"-O{self.opt_level}"
+
+    def __call__(self, graph: tlc.Graph) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a failed group warns; strict_jit reports it below
+            plan = tlc.compile(graph, opt_level=self.opt_level, jit=self.jit, cache_dir=self.cache_dir)
+        if self.on_plan is not None:
+            self.on_plan(plan)
+        failed = [g for g in plan.groups if g.status == "failed"]
+        if failed and self.strict_jit:
+            raise tlc.CompileError(f"fused group {failed[0].name!r} ({failed[0].kind}) was not compiled: "
+                                   f"{failed[0].reason}" + (f" (+{len(failed) - 1} other)" if len(failed) > 1
+                                                            else ""))
+        return plan.run
 
 
 @functools.cache
@@ -70,8 +113,12 @@ def compare(name: str, have: np.ndarray, want: np.ndarray, rtol: float, atol: fl
     return ""
 
 
-def run_case(case) -> tuple[str, str]:
-    """(status, detail): pass, fail (with the reason) or unsupported (tlc refuses the model by name)."""
+def run_case(case, runner: Runner = reference_runner) -> tuple[str, str]:
+    """(status, detail): pass, fail (with the reason) or unsupported (tlc refuses the model by name).
+
+    ``runner`` prepares the imported graph (default: the reference executor; ``CompiledRunner()`` compiles it).
+    The stage that failed starts the reason: ``import:``, ``compile:`` or ``run:``.
+    """
     try:
         g, _ = from_onnx(case.model)
     except tlc.UnsupportedOperatorError as exc:
@@ -80,11 +127,17 @@ def run_case(case) -> tuple[str, str]:
         return FAIL, f"import: {type(exc).__name__}: {exc}"
     except Exception as exc:  # a bug in tlc, not in the model: report it as a failure of this case
         return FAIL, f"import: internal error: {type(exc).__name__}: {exc}"
+    try:
+        execute = runner(g)
+    except tlc.TlcError as exc:
+        return FAIL, f"compile: {type(exc).__name__}: {exc}"
+    except Exception as exc:
+        return FAIL, f"compile: internal error: {type(exc).__name__}: {exc}"
     names = input_names(case.model)
     for inputs, outputs in case.data_sets:
         feeds = {n: as_array(a) for n, a in zip(names, inputs)}
         try:
-            got = tlc.reference.run(g, feeds)
+            got = execute(feeds)
         except tlc.TlcError as exc:
             return FAIL, f"run: {type(exc).__name__}: {exc}"
         except Exception as exc:

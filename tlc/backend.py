@@ -7,8 +7,12 @@ it runs against other runtimes::
     globals().update(onnx.backend.test.BackendTest(tlc.backend, __name__).test_cases)
 
 ``prepare`` imports the model (``tlc.io.onnx.from_onnx``: opset conversion, named refusals) and hands the graph to
-``_executor``, the one place that decides how a prepared model runs. Today that is the reference executor;
-switching to compiled plans is one line there.
+``_executor``, the one place that decides how a prepared model runs: a compiled plan (``tlc.compile`` at -O2 with
+eager JIT, the default) or the reference executor::
+
+    rep = tlc.backend.prepare(model)                              # compiled, opt_level=2, jit="eager"
+    rep = tlc.backend.prepare(model, opt_level=3, num_threads=1)  # keywords go to tlc.compile
+    rep = tlc.backend.prepare(model, executor="reference")        # the reference executor (the oracle)
 """
 
 from __future__ import annotations
@@ -27,23 +31,42 @@ from .errors import BackendError, InputError, UnsupportedOperatorError
 from .io.onnx import from_onnx, read_model
 from .ir.graph import DEFAULT_OPSET, Graph
 from .ir.types import ONNX_TYPE_CODES, dtype_name
+from .runtime import Plan
+from .runtime import compile as compile_plan
 
 Executor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
-#: Device types tlc can run on. CUDA joins once tlc has a CUDA target behind ``_executor``.
+#: Device types tlc can run on. CUDA joins once the runtime has a CUDA target behind ``_executor``.
 SUPPORTED_DEVICES = frozenset({DeviceType.CPU})
+#: How ``prepare`` runs a model: "compiled" (``tlc.compile``, then ``Plan.run``) or "reference".
+EXECUTORS = ("compiled", "reference")
 
 
-def _executor(graph: Graph, device: str) -> Executor:
-    """How a prepared model runs (NOTE: the switch to compiled plans is this line: ``tlc.compile(graph, ...).run``)."""
-    return lambda feeds: reference.run(graph, feeds)
+def _executor(graph: Graph, device: str, executor: str = "compiled",
+              **compile_options: Any) -> tuple[Executor, Plan | None]:
+    """How a prepared model runs, and its plan: a compiled plan for the CPU (``compile_options`` go to
+    ``tlc.compile``; default -O2, eager JIT) or, with ``executor="reference"``, the reference executor (no plan)."""
+    if executor == "reference":
+        if compile_options:
+            raise BackendError(f"the reference executor takes no compile options; got "
+                               f"{', '.join(sorted(compile_options))}")
+        return (lambda feeds: reference.run(graph, feeds)), None
+    if executor != "compiled":
+        raise BackendError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+    plan = compile_plan(graph, target="cpu", **compile_options)
+    return plan.run, plan
 
 
 class TlcBackendRep(BackendRep):
-    """A prepared model: ``run(inputs)`` returns its outputs in graph order (a tuple that also takes names)."""
+    """A prepared model: ``run(inputs)`` returns its outputs in graph order (a tuple that also takes names).
 
-    def __init__(self, graph: Graph, execute: Executor):
+    ``plan`` is the compiled ``tlc.Plan`` (None with the reference executor): its ``stats()`` say which kernel
+    each step runs.
+    """
+
+    def __init__(self, graph: Graph, execute: Executor, plan: Plan | None = None):
         self.graph = graph
+        self.plan = plan
         self.input_names = [n.name for n in graph.inputs]
         self.output_names = [name for _, name in graph.outputs]
         self._execute = execute
@@ -91,7 +114,11 @@ class TlcBackend(Backend):
     @classmethod
     def prepare(cls, model: onnx.ModelProto | bytes | str | os.PathLike, device: str = "CPU",
                 **kwargs: Any) -> TlcBackendRep:
-        """Import ``model`` (a ModelProto, its serialized bytes or a path) and prepare it to run on ``device``."""
+        """Import ``model`` (a ModelProto, its serialized bytes or a path) and prepare it to run on ``device``.
+
+        Keywords: ``executor`` ("compiled", the default, or "reference") and, for compiled plans, the options of
+        ``tlc.compile`` (``opt_level=2``, ``jit="eager"``, ``num_threads``, ``cache_dir``, ...).
+        """
         if not cls.supports_device(device):
             raise BackendError(f"tlc cannot run on device {device!r}; supported: CPU")
         if isinstance(model, bytes):
@@ -99,7 +126,7 @@ class TlcBackend(Backend):
         elif isinstance(model, (str, os.PathLike)):
             model = read_model(model)
         graph, _ = from_onnx(model)
-        return TlcBackendRep(graph, _executor(graph, device))
+        return TlcBackendRep(graph, *_executor(graph, device, **kwargs))
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:

@@ -1,6 +1,7 @@
 """tlc against ONNX's backend node cases and light models; writes docs/conformance.md.
 
-    python tools/conformance.py                       # all 1884 node cases + 9 light models
+    python tools/conformance.py --compiled            # all 1884 node cases + 9 light models, also compiled
+    python tools/conformance.py                       # the reference executor only
     python tools/conformance.py --json conformance.json --only 'relu|softmax' --no-models
 
 Every case of ``onnx.backend.test.case.node.collect_testcases()`` and every model of
@@ -13,6 +14,11 @@ The headline pass rate is over the cases whose ops are all registered and that t
 (types it does not hold): pass / (pass + fail). The strict rate, pass / all registered-op cases, is shown beside
 it. Per-op rows group a case under the op it tests (an ``_expanded`` case under the op it expands). Progress goes
 to stderr; the report is deterministic (no times), so it only changes when results do.
+
+``--compiled`` also runs every case that passes in the reference executor through ``tlc.compile(graph,
+opt_level=2, jit="eager")`` and at ``opt_level=3`` (``--levels``), compared with the same expected outputs. A
+fused group that fails to compile fails the case (``onnx_cases.CompiledRunner``'s ``strict_jit``). Kernels go to
+the kernel cache (``--cache-dir``, default $TLC_CACHE_DIR): a second run with the same cache compiles nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -55,6 +61,8 @@ class CaseResult:
     status: str            # pass / fail / unsupported
     reason: str = ""
     seconds: float = 0.0
+    # compiled plans, by label ("-O2"): {"status", "reason", "seconds"}; only for cases that pass in the reference
+    compiled: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------- collecting cases
@@ -113,28 +121,61 @@ def ops_under_test(cases: Iterable) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- running
-def run_cases(cases: list, progress: Callable[[str], None] | None = None) -> list[CaseResult]:
-    """Run every case through tlc; ``progress`` gets a line now and then."""
+def _run_one(case, runner: onnx_cases.Runner = onnx_cases.reference_runner) -> tuple[str, str, float]:
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        status, reason = onnx_cases.run_case(case, runner)
+    return status, reason, time.perf_counter() - t0
+
+
+def compiled_runners(levels: Iterable[int] = (2, 3), cache_dir: str | None = None) -> dict[str, Callable]:
+    """Label -> runner: compiled plans at each opt level with eager JIT."""
+    runners = [onnx_cases.CompiledRunner(opt_level=level, jit="eager", cache_dir=cache_dir) for level in levels]
+    return {r.label: r for r in runners}
+
+
+def run_cases(cases: list, progress: Callable[[str], None] | None = None,
+              compiled: Mapping[str, onnx_cases.Runner] | None = None) -> list[CaseResult]:
+    """Run every case through tlc; ``progress`` gets a line now and then.
+
+    ``compiled`` (label -> runner, see ``compiled_runners``): each case that passes in the reference executor
+    also runs through each of these, its results under ``CaseResult.compiled[label]``.
+    """
+    compiled = dict(compiled or {})
     under_test = ops_under_test(c for c in cases if getattr(c, "kind", "node") != "model")
     results: list[CaseResult] = []
     start = time.perf_counter()
     for i, case in enumerate(cases, 1):
         kind = "model" if getattr(case, "kind", "node") == "model" else "node"
         ops = sorted({_qualified(n.domain, n.op_type) for n in case.model.graph.node})
-        t0 = time.perf_counter()
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            status, reason = onnx_cases.run_case(case)
+        status, reason, seconds = _run_one(case)
         # NOTE: a case tlc imported has only registered ops after opset conversion (Upsample -> Resize).
         registered = status != UNSUPPORTED or all(map(_registered, ops))
-        results.append(CaseResult(case.name, kind, under_test.get(case.name, case.name.removeprefix("test_")), ops,
-                                  registered, status, reason, time.perf_counter() - t0))
+        result = CaseResult(case.name, kind, under_test.get(case.name, case.name.removeprefix("test_")), ops,
+                            registered, status, reason, seconds)
+        if status == PASS:
+            for label, runner in compiled.items():
+                c_status, c_reason, c_seconds = _run_one(case, runner)
+                result.compiled[label] = {"status": c_status, "reason": c_reason, "seconds": c_seconds}
+        results.append(result)
         if progress and (kind == "model" or i % 200 == 0 or i == len(cases)):
-            counts = Counter(r.status for r in results)
-            progress(f"[{i:4d}/{len(cases)}] {time.perf_counter() - start:6.1f}s  pass {counts[PASS]}  "
-                     f"fail {counts[FAIL]}  unsupported {counts[UNSUPPORTED]}"
-                     + (f"  ({case.name}: {status}, {results[-1].seconds:.1f}s)" if kind == "model" else ""))
+            progress(_progress_line(i, len(cases), time.perf_counter() - start, results, compiled))
     return results
+
+
+def _progress_line(i: int, n: int, seconds: float, results: list[CaseResult], compiled: Mapping) -> str:
+    counts = Counter(r.status for r in results)
+    line = (f"[{i:4d}/{n}] {seconds:6.1f}s  pass {counts[PASS]}  fail {counts[FAIL]}  "
+            f"unsupported {counts[UNSUPPORTED]}")
+    for label in compiled:
+        ok = sum(r.compiled.get(label, {}).get("status") == PASS for r in results)
+        line += f"  {label} {ok}/{counts[PASS]}"
+    last = results[-1]
+    if last.kind == "model":
+        line += f"  ({last.name}: {last.status}, {last.seconds:.1f}s" + "".join(
+            f"; {label} {c['status']}, {c['seconds']:.1f}s" for label, c in last.compiled.items()) + ")"
+    return line
 
 
 # ---------------------------------------------------------------------------- summarizing
@@ -154,7 +195,26 @@ def summarize(results: list[CaseResult]) -> dict:
         "pass_rate": counts[PASS] / decided if decided else 0.0,
         "strict_pass_rate": counts[PASS] / len(registered) if registered else 0.0,
         "all_pass": sum(r.status == PASS for r in results),
+        "compiled": {label: _compiled_counts(results, label) for label in compiled_labels(results)},
     }
+
+
+def compiled_labels(results: list[CaseResult]) -> list[str]:
+    """The compiled configurations the results hold ("-O2", "-O3"), in the order they ran."""
+    return list(dict.fromkeys(label for r in results for label in r.compiled))
+
+
+def _compiled_counts(results: list[CaseResult], label: str) -> dict:
+    ran = [r.compiled[label] for r in results if label in r.compiled]
+    passed = sum(c["status"] == PASS for c in ran)
+    return {"ran": len(ran), "pass": passed, "fail": len(ran) - passed,
+            "pass_rate": passed / len(ran) if ran else 0.0, "seconds": sum(c["seconds"] for c in ran)}
+
+
+def compiled_failures(results: list[CaseResult]) -> list[tuple[str, str, str]]:
+    """(case, label, reason) of every case that passes in the reference executor but not compiled."""
+    return [(r.name, label, c["reason"]) for r in results for label, c in r.compiled.items()
+            if c["status"] != PASS]
 
 
 def short_reason(reason: str, limit: int = 110) -> str:
@@ -180,9 +240,15 @@ def op_rows(results: list[CaseResult]) -> list[dict]:
             reason = f"{example}: {text}" + (f" (+{counts[FAIL] - n} other)" if counts[FAIL] > n else "")
         elif refusals:
             reason = refusals.most_common(1)[0][0]
-        rows.append({"op": op, "registered": _registered(op), "cases": len(mine),
-                     "pass": counts[PASS], "fail": counts[FAIL], "unsupported": counts[UNSUPPORTED],
-                     "reason": reason})
+        row = {"op": op, "registered": _registered(op), "cases": len(mine), "pass": counts[PASS],
+               "fail": counts[FAIL], "unsupported": counts[UNSUPPORTED], "reason": reason}
+        for label in compiled_labels(results):
+            row[label] = sum(r.compiled.get(label, {}).get("status") == PASS for r in mine)
+            bad = [r for r in mine if r.compiled.get(label, {}).get("status", PASS) != PASS]
+            if bad and not row["reason"]:
+                row["reason"] = f"{label} {bad[0].name}: {short_reason(bad[0].compiled[label]['reason'])}" + (
+                    f" (+{len(bad) - 1} other)" if len(bad) > 1 else "")
+        rows.append(row)
     return rows
 
 
@@ -199,14 +265,24 @@ def _pct(x: float) -> str:
 
 def render_markdown(results: list[CaseResult]) -> str:
     s = summarize(results)
+    labels = compiled_labels(results)
     lines = [
         "# ONNX conformance",
         "",
-        "Generated by `python tools/conformance.py`; do not edit by hand. Every node case of",
+        f"Generated by `python tools/conformance.py{' --compiled' if labels else ''}`; do not edit by hand. Every "
+        "node case of",
         f"`onnx.backend.test.case.node.collect_testcases()` (onnx {onnx.__version__}) and every light model of",
         "`onnx/backend/test/data/light` is imported with `tlc.io.onnx`, run with the reference executor and compared",
         "with the expected outputs under the case's rtol/atol. *Unsupported*: tlc refuses the case by name (an op",
         "that is not registered, an element type it does not hold such as bfloat16, a sequence or optional value).",
+    ]
+    if labels:
+        lines += [
+            f"Every case that passes in the reference executor also runs as a compiled plan ({', '.join(labels)}:",
+            "`tlc.compile(graph, opt_level=N, jit=\"eager\")`, then `Plan.run`) against the same expected outputs; a",
+            "fused group that fails to compile (and would fall back to the reference path) fails the case.",
+        ]
+    lines += [
         "",
         "## Summary",
         "",
@@ -218,29 +294,65 @@ def render_markdown(results: list[CaseResult]) -> str:
         f"| fail | {s['fail']} |",
         f"| unsupported among registered-op cases (element types, sequences, ...) | {s['unsupported_registered']} |",
         f"| unsupported in all (ops not registered or types) | {s['unsupported']} |",
+    ]
+    lines += [f"| compiled {label}: pass / fail of the reference passes | {c['pass']} / {c['fail']} |"
+              for label, c in s["compiled"].items()]
+    lines += [
         "",
         f"**Pass rate over registered-op cases tlc accepts: {_pct(s['pass_rate'])}** (pass / (pass + fail); target",
         f">= {_pct(TARGET_RATE)}). Strict rate, refused types counted as failures: {_pct(s['strict_pass_rate'])}.",
         f"Over all {s['cases']} cases: {s['all_pass']} pass ({_pct(s['all_pass'] / max(s['cases'], 1))}).",
-        "",
     ]
-    models = [r for r in results if r.kind == "model"]
-    if models:
-        lines += ["## Light models", "", "| model | status | reason |", "|---|---|---|"]
-        lines += [f"| {r.op} | {r.status} | {short_reason(r.reason)} |" for r in models]
-        lines.append("")
-    lines += ["## Per op", "",
-              "Cases are grouped under the op they test (an `_expanded` case under the op it expands). The reason",
-              "is the most common failure (a case name and the first mismatch), else the most common refusal.", "",
-              "| op | registered | cases | pass | fail | unsupported | reason |", "|---|:-:|---:|---:|---:|---:|---|"]
-    for row in op_rows(results):
-        lines.append(f"| {row['op']} | {'yes' if row['registered'] else 'no'} | {row['cases']} | {row['pass']} | "
-                     f"{row['fail']} | {row['unsupported']} | {row['reason']} |")
+    if labels:
+        lines.append("Compiled plans, over the cases that pass in the reference executor: " + ", ".join(
+            f"**{label} {_pct(c['pass_rate'])}** ({c['pass']} of {c['ran']})" for label, c in s["compiled"].items())
+            + ".")
+    lines.append("")
+    lines += _models_section(results, labels) + _ops_section(results, labels) + _failures_section(results)
     missing = missing_ops(results)
     if missing:
         lines += ["", "## Ops not registered, by the cases they block", "",
                   ", ".join(f"{op} ({n})" for op, n in missing)]
     return "\n".join(lines) + "\n"
+
+
+def _models_section(results: list[CaseResult], labels: list[str]) -> list[str]:
+    models = [r for r in results if r.kind == "model"]
+    if not models:
+        return []
+    lines = ["## Light models", "", "| model | status | " + "".join(f"{label} | " for label in labels) + "reason |",
+             "|---|---|" + "---|" * len(labels) + "---|"]
+    for r in models:
+        cells = "".join(f"{r.compiled[label]['status'] if label in r.compiled else '-'} | " for label in labels)
+        reason = r.reason or next((f"{label}: {c['reason']}" for label, c in r.compiled.items()
+                                   if c["status"] != PASS), "")
+        lines.append(f"| {r.op} | {r.status} | {cells}{short_reason(reason)} |")
+    return lines + [""]
+
+
+def _ops_section(results: list[CaseResult], labels: list[str]) -> list[str]:
+    lines = ["## Per op", "",
+             "Cases are grouped under the op they test (an `_expanded` case under the op it expands). The reason",
+             "is the most common failure (a case name and the first mismatch), else the most common refusal."]
+    if labels:
+        lines += [f"The {' and '.join(labels)} columns count the cases that pass as compiled plans (of those that pass",
+                  "in the reference); the reason then names a compiled failure when the reference has none."]
+    lines += ["", "| op | registered | cases | pass | fail | unsupported | " + "".join(f"{lb} | " for lb in labels)
+              + "reason |", "|---|:-:|---:|---:|---:|---:|" + "---:|" * len(labels) + "---|"]
+    for row in op_rows(results):
+        cells = "".join(f"{row[label]} | " for label in labels)
+        lines.append(f"| {row['op']} | {'yes' if row['registered'] else 'no'} | {row['cases']} | {row['pass']} | "
+                     f"{row['fail']} | {row['unsupported']} | {cells}{row['reason']} |")
+    return lines
+
+
+def _failures_section(results: list[CaseResult]) -> list[str]:
+    failures = compiled_failures(results)
+    if not failures:
+        return []
+    lines = ["", "## Compiled failures", "", "Cases that pass in the reference executor but not as compiled plans.",
+             "", "| case | plan | reason |", "|---|---|---|"]
+    return lines + [f"| {name} | {label} | {short_reason(reason, 200)} |" for name, label, reason in failures]
 
 
 def to_json(results: list[CaseResult]) -> dict:
@@ -254,6 +366,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write every result as JSON here")
     parser.add_argument("--only", help="run only the cases whose name matches this regular expression")
     parser.add_argument("--no-models", action="store_true", help="skip the light models")
+    parser.add_argument("--compiled", action="store_true",
+                        help="also run the cases that pass in the reference executor as compiled plans")
+    parser.add_argument("--levels", default="2,3", help="opt levels of the compiled plans (default: 2,3)")
+    parser.add_argument("--cache-dir", help="kernel cache directory (default: $TLC_CACHE_DIR or tlc's default)")
     args = parser.parse_args(argv)
 
     def log(line: str) -> None:
@@ -265,8 +381,13 @@ def main(argv: list[str] | None = None) -> int:
         cases = node_cases() + ([] if args.no_models else light_cases())
     if args.only:
         cases = [c for c in cases if re.search(args.only, c.name)]
-    log(f"running {len(cases)} cases")
-    results = run_cases(cases, log)
+    try:
+        levels = [int(x) for x in args.levels.split(",")]
+    except ValueError:
+        parser.error(f"--levels takes opt levels separated by commas, e.g. 2,3; got {args.levels!r}")
+    runners = compiled_runners(levels, args.cache_dir) if args.compiled else {}
+    log(f"running {len(cases)} cases" + (f", compiled at {', '.join(runners)}" if runners else ""))
+    results = run_cases(cases, log, runners)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(render_markdown(results))
     if args.json:
@@ -275,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"done in {time.perf_counter() - start:.0f}s: {s['pass']} pass, {s['fail']} fail over "
         f"{s['registered_op_cases']} registered-op cases; pass rate {_pct(s['pass_rate'])} "
         f"(strict {_pct(s['strict_pass_rate'])}); wrote {args.out}")
+    log(f"reference: {sum(r.seconds for r in results):.0f}s" + "".join(
+        f"; {label}: {c['pass']}/{c['ran']} pass ({_pct(c['pass_rate'])}) in {c['seconds']:.0f}s"
+        for label, c in s["compiled"].items()))
     return 0
 
 

@@ -81,7 +81,8 @@ def test_softmax_and_log_softmax_are_stable_and_handle_inf_and_nan(kcache):
     assert kernel.source.count("ml.exp_f32") == 2  # once per function (serial, parallel)
 
 
-@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSumSquare", "ReduceL2"])
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSumSquare", "ReduceL2",
+                                "ReduceL1", "ReduceLogSum", "ReduceLogSumExp"])
 def test_last_axis_reductions_with_nan(kcache, op):
     g = Graph(op)
     x = g.input("x", "float64", ("N", "L"))
@@ -168,3 +169,14 @@ def _matmul() -> Graph:
     x = g.input("x", "float32", (4, 4))
     g.output(g.add_node("MatMul", [x, x]), "y")
     return g
+
+
+def test_every_row_reducible_op_has_a_row_form():
+    """The fuse pass groups ops by Trait.ROW_REDUCIBLE; each must have a recipe here, or its groups would fall
+    back to the reference path."""
+    from tlc.kernels.rowops import _RECIPES
+    from tlc.ops import Trait, all_ops
+
+    declared = {(op.domain, op.name) for op in all_ops() if op.has(Trait.ROW_REDUCIBLE)}
+    assert declared and declared <= set(_RECIPES)
+    assert all(op.has(Trait.REDUCTION) for op in all_ops() if op.has(Trait.ROW_REDUCIBLE))

@@ -1,8 +1,8 @@
 """Row forms of last-axis reductions, for ``"reduction"`` groups: each op becomes accumulations over the row
 (sum, max, min) and elementwise steps built from ``tlc.ops.expr``, which the renderers draw like any other.
 
-NOTE: the op registry has a REDUCTION trait and a numpy reference for these ops but no declared row recipe,
-so the decompositions live here, keyed by op. Should ``OpDef`` grow a recipe field, they move there.
+NOTE: the registry declares which ops have a row form (``Trait.ROW_REDUCIBLE``, what the fuse pass asks); the
+decompositions live here, keyed by op, and a test checks that every op with the trait has one.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ def _reduction(
     accumulate: str,
     *,
     square: bool = False,
+    pre: Callable[[E.Expr], E.Expr] | None = None,
     post: Callable[[E.Expr, E.Expr], E.Expr] | None = None,
     float_only: bool = False,
 ):
@@ -77,7 +78,7 @@ def _reduction(
     def recipe(b: PlanBuilder, node: Node, attrs: dict) -> list[str]:
         x, dtype, rank = _data(b, node, float_only)
         _reduce_axes(b, node, attrs, rank)
-        src = b.add_op(X * X, [x], dtype) if square else x
+        src = b.add_op(X * X, [x], dtype) if square else b.add_op(pre(X), [x], dtype) if pre else x
         acc = b.add_reduce(src, accumulate)
         if post is None:
             return [acc]
@@ -125,6 +126,15 @@ def _layer_norm(b: PlanBuilder, node: Node, attrs: dict) -> list[str]:
     return [y, mean, inv_std][: node.num_outputs]
 
 
+def _log_sum_exp(b: PlanBuilder, node: Node, attrs: dict) -> list[str]:
+    """max + log(sum(exp(x - max))), stable for large x; -inf rows give -inf (the max) plus log(n) of nan-free 1s."""
+    x, dtype, rank = _data(b, node, True)
+    _reduce_axes(b, node, attrs, rank)
+    peak = b.add_reduce(x, "max")
+    total = b.add_reduce(b.add_op(E.exp(X - Y), [x, peak], dtype), "sum")
+    return [b.add_op(Y + E.log(X), [total, peak], dtype)]
+
+
 def _mean(s: E.Expr, n: E.Expr) -> E.Expr:
     return s / n
 
@@ -140,6 +150,9 @@ _RECIPES = {
     ("", "ReduceMean"): _reduction("sum", post=_mean, float_only=True),
     ("", "ReduceSumSquare"): _reduction("sum", square=True),
     ("", "ReduceL2"): _reduction("sum", square=True, post=_l2, float_only=True),
+    ("", "ReduceL1"): _reduction("sum", pre=E.absolute),
+    ("", "ReduceLogSum"): _reduction("sum", post=lambda s, n: E.log(s), float_only=True),
+    ("", "ReduceLogSumExp"): _log_sum_exp,
     ("", "Softmax"): _softmax,
     ("", "LogSoftmax"): _log_softmax,
     ("", "LayerNormalization"): _layer_norm,

@@ -187,10 +187,10 @@ def _softmax_infer(ctx: InferContext) -> list[TensorType]:
 
 
 register(OpDef(name="Softmax", infer=_softmax_infer, reference=lambda x, *, axis: softmax(x, axis),
-               attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION}, cost=12,
+               attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION, Trait.ROW_REDUCIBLE}, cost=12,
                doc="exp(x - max) / sum(exp(x - max)) along `axis`."))
 register(OpDef(name="LogSoftmax", infer=_softmax_infer, reference=lambda x, *, axis: log_softmax(x, axis),
-               attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION}, cost=12,
+               attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION, Trait.ROW_REDUCIBLE}, cost=12,
                doc="log(softmax(x)) along `axis`, computed as x - max - log(sum(exp(x - max)))."))
 register(OpDef(name="Hardmax", infer=_softmax_infer, reference=lambda x, *, axis: hardmax(x, axis),
                attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION}, cost=2,

@@ -126,7 +126,8 @@ def layer_norm(x, scale, bias=None, *, axis: int, epsilon: float, stash_type: in
 
 register(OpDef(name="LayerNormalization", infer=_layer_norm_infer, reference=layer_norm, inputs=(2, 3),
                attrs={"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5), "stash_type": Attr("int", 1)},
-               traits=NORM_TRAITS, cost=8, doc="Normalise over the dims from `axis` on; also gives Mean, InvStdDev."))
+               traits=NORM_TRAITS | {Trait.ROW_REDUCIBLE}, cost=8,
+               doc="Normalise over the dims from `axis` on; also gives Mean, InvStdDev."))
 
 
 # ---------------------------------------------------------------------------- Instance / Group normalisation

@@ -47,8 +47,9 @@ def _reduce_infer(ctx: InferContext) -> list[TensorType]:
 Reducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 
 
-def reduction(name: str, fn: Reducer, cost: float = 1.0, doc: str = "") -> None:
-    """Register an opset-18 style reduction computed by ``fn(x, axes, keepdims)``."""
+def reduction(name: str, fn: Reducer, cost: float = 1.0, doc: str = "", row: bool = True) -> None:
+    """Register an opset-18 style reduction computed by ``fn(x, axes, keepdims)``; ``row``: it has a row form
+    (``Trait.ROW_REDUCIBLE``: sum/max/min accumulations plus elementwise steps)."""
 
     def ref(x, axes=None, *, keepdims, noop_with_empty_axes):
         ax = reduce_axes(x.ndim, axes, noop_with_empty_axes)
@@ -58,7 +59,7 @@ def reduction(name: str, fn: Reducer, cost: float = 1.0, doc: str = "") -> None:
             return np.asarray(fn(x, ax, bool(keepdims))).astype(x.dtype, copy=False)
 
     register(OpDef(name=name, infer=_reduce_infer, reference=ref, inputs=(1, 2), attrs=dict(REDUCE_ATTRS),
-                   traits=REDUCE, cost=cost, doc=doc))
+                   traits=REDUCE | {Trait.ROW_REDUCIBLE} if row else REDUCE, cost=cost, doc=doc))
 
 
 def _acc(x: np.ndarray) -> np.ndarray:
@@ -96,7 +97,8 @@ reduction("ReduceSum", lambda x, ax, keep: np.sum(_acc(x), axis=ax, keepdims=kee
 reduction("ReduceMean", lambda x, ax, keep: np.mean(_acc(x), axis=ax, keepdims=keep), doc="Mean over axes.")
 reduction("ReduceMax", _max, doc="Maximum over axes (-inf, or the lowest value, for an empty set).")
 reduction("ReduceMin", _min, doc="Minimum over axes (+inf, or the highest value, for an empty set).")
-reduction("ReduceProd", lambda x, ax, keep: np.prod(_acc(x), axis=ax, keepdims=keep), doc="Product over axes.")
+reduction("ReduceProd", lambda x, ax, keep: np.prod(_acc(x), axis=ax, keepdims=keep), doc="Product over axes.",
+          row=False)
 reduction("ReduceL1", lambda x, ax, keep: np.sum(np.abs(_acc(x)), axis=ax, keepdims=keep),
           doc="Sum of absolute values over axes.")
 reduction("ReduceL2", lambda x, ax, keep: np.sqrt(np.sum(np.square(_acc(x)), axis=ax, keepdims=keep)), cost=2,

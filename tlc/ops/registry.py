@@ -31,6 +31,8 @@ class Trait(enum.Enum):
     SHAPE_ONLY = "shape-only"            # output depends only on input shapes, not values (Shape, Size)
     CONTRACTION = "contraction"          # matmul-like; an elementwise epilogue may be fused after it
     SUBGRAPH = "subgraph"                # has graph-valued attributes (tlc.Fused)
+    ROW_REDUCIBLE = "row-reducible"      # over the last axis, computable per row from sum/max/min
+    #                                      accumulations and elementwise steps (row kernels; needs REDUCTION)
 
 
 REQUIRED = object()

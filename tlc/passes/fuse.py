@@ -6,8 +6,8 @@ Three kinds of group, found in this order (a node joins at most one group):
    of it with the contraction's output shape (bias add, activation such as x*sigmoid(x), residual add), as
    long as the raw contraction result is not needed outside. The runtime computes the contraction into the
    output buffer and applies the elementwise part in place.
-2. ``reduction``: row kernels: reductions over the last axis only (``Trait.REDUCTION`` ops whose axes are the
-   last one, keepdims) with the elementwise work feeding and following them; every value in the group has the
+2. ``reduction``: row kernels: reductions over the last axis only (``Trait.ROW_REDUCIBLE`` ops whose axes are
+   the last one, keepdims) with the elementwise work feeding and following them; every value in the group has the
    full shape F or the row shape F[:-1] + (1,). Softmax, layer norm, mean/variance.
 3. ``elementwise``: connected regions of elementwise ops whose outputs all have one shape (inputs broadcast).
 
@@ -74,7 +74,7 @@ def _elementwise(graph: Graph, node: Node) -> bool:
 def _last_axis_reduction(graph: Graph, node: Node) -> bool:
     """A reduction over the last axis alone, keeping dims (or a row op like Softmax that keeps the shape)."""
     opdef = lookup(node.op, node.domain)
-    if opdef is None or not opdef.has(Trait.REDUCTION):
+    if opdef is None or not opdef.has(Trait.ROW_REDUCIBLE):
         return False
     ins = graph.inputs_of(node)
     in_type = graph.type_of(ins[0]) if ins and ins[0] is not None else None
