@@ -241,20 +241,25 @@ class FusedImpl(Impl):
         return self.state.kind == "elementwise"
 
     def bind(self, in_types, out_types) -> Bound:
-        static_shapes(out_types, "output")
+        out_shapes = static_shapes(out_types, "output")
         state = self.state
         split = state.split
         if split is None:
+            launch = _launcher(state, in_types, out_shapes)
+
             def fn(ins, outs, work):
                 kernel = state.kernel
                 if kernel is None:
                     return state.run_reference(ins, outs)
-                kernel([a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins], outs)
+                launch(kernel, [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ins], outs)
                 return outs
 
             return Bound(fn)
         cbound, in_place = split.bind(in_types, out_types, state.options)
         c_sources, ew_sources, cfn = split.c_sources, split.ew_sources, cbound.fn
+        acc_type = out_types[0] if in_place else TensorType(out_types[0].dtype, cbound.workspace[-1][0])
+        ew_types = [acc_type if s == "acc" else in_types[s] for s in ew_sources]
+        launch = _launcher(state, ew_types, out_shapes)
 
         def fn_epilogue(ins, outs, work):
             kernel = state.kernel
@@ -263,7 +268,26 @@ class FusedImpl(Impl):
             acc = outs[0] if in_place else work[-1]
             cfn([s if not isinstance(s, int) else ins[s] for s in c_sources], [acc], work)
             ew_ins = [acc if s == "acc" else ins[s] for s in ew_sources]
-            kernel([a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ew_ins], outs)
+            launch(kernel, [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ew_ins], outs)
             return outs
 
         return Bound(fn_epilogue, cbound.workspace, cbound.note)
+
+
+def _launcher(state: GroupState, in_types: list[TensorType | None], out_shapes: list) -> Callable[..., None]:
+    """``launch(kernel, ins, outs)``: the kernel's ``Launcher`` for these shapes, made for each kernel swapped in
+    (or its checked ``__call__`` where the shapes are not static)."""
+    try:
+        in_shapes = static_shapes(in_types, "input")
+    except NotNative:
+        return lambda kernel, ins, outs: kernel(ins, outs)
+    bound: list[tuple[Any, Any]] = [(None, None)]  # (kernel, its launcher), replaced as one tuple
+
+    def launch(kernel, ins, outs) -> None:
+        made_for, launcher = bound[0]
+        if made_for is not kernel:
+            launcher = kernel.launcher(in_shapes, out_shapes)
+            bound[0] = (kernel, launcher)
+        launcher(ins, outs)
+
+    return launch

@@ -159,9 +159,11 @@ class Plan:
         self._specs_lock = threading.Lock()
         self._runs = Counter()
         self._profile = Profile(self)
+        quiet = threads.quiet_openmp()
         self.blas_note = threads.blas_note(options.num_threads)
         if self.blas_note:
             self.warn_once("blas", self.blas_note)
+        self.thread_note = threads.SPINNING_NOTE if not quiet and options.threads > 1 else ""
         if not self._dynamic_feeds:
             self._specs[()] = Specialization(program, program.value_types)
         self.timings["lower_ms"] = (time.perf_counter() - start) * 1e3
