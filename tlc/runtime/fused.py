@@ -26,6 +26,7 @@ from ..reference import run_graph
 from .impl import Bound, Impl, NotNative, static_shapes
 from .library import library_impl
 from .options import CompileOptions
+from .profiler import part_sink
 
 CompileFn = Callable[[Graph, str, list, CompileOptions], Any]
 _CACHES: dict[str, Any] = {}
@@ -169,7 +170,8 @@ class EpilogueSplit:
     """An epilogue group cut in two: the contraction (a library kernel) and the elementwise part (generated).
 
     ``c_sources`` gives, per input port of the contraction op, a group input index or a constant array;
-    ``ew_sources`` gives, per input of the elementwise body, "acc" (input 0: the contraction) or a group input.
+    ``ew_sources`` gives, per input of the elementwise body, "acc" (input 0: the contraction) or a group input,
+    which gets trailing 1-dims where the body declares it with more (a bias moved out of the contraction).
     """
 
     def __init__(self, body: Graph, contraction: Graph, elementwise: Graph):
@@ -194,10 +196,13 @@ class EpilogueSplit:
         # NOTE: tlc.kernels' contract: the elementwise body's input 0 is the contraction's result; the others
         # (and the contraction body's inputs) keep the names of the group body's inputs.
         self.ew_sources: list[Any] = ["acc"]
+        self.ew_ranks: list[int | None] = [None]   # per elementwise input: the rank it is declared with
         for node in elementwise.inputs[1:]:
             if node.name not in group_inputs:
                 raise CompileError(f"epilogue input {node.name!r} is not a group input")
             self.ew_sources.append(group_inputs[node.name])
+            shape = node.output_types[0].shape
+            self.ew_ranks.append(None if shape is None else len(shape))
 
     def bind(self, in_types: list[TensorType | None], out_types: list[TensorType | None],
              options: CompileOptions) -> tuple[Bound, bool]:
@@ -257,8 +262,12 @@ class FusedImpl(Impl):
             return Bound(fn)
         cbound, in_place = split.bind(in_types, out_types, state.options)
         c_sources, ew_sources, cfn = split.c_sources, split.ew_sources, cbound.fn
+        cnote = f"{split.node.op} {cbound.note}".strip()
         acc_type = out_types[0] if in_place else TensorType(out_types[0].dtype, cbound.workspace[-1][0])
-        ew_types = [acc_type if s == "acc" else in_types[s] for s in ew_sources]
+        ew_types = [acc_type if s == "acc" else _expanded_type(in_types[s], r) for s, r in zip(ew_sources,
+                                                                                              split.ew_ranks)]
+        expand = [(k, t.shape) for k, (s, t) in enumerate(zip(ew_sources, ew_types))
+                  if s != "acc" and t is not None and t.shape != in_types[s].shape]
         launch = _launcher(state, ew_types, out_shapes)
 
         def fn_epilogue(ins, outs, work):
@@ -266,12 +275,28 @@ class FusedImpl(Impl):
             if kernel is None:
                 return state.run_reference(ins, outs)
             acc = outs[0] if in_place else work[-1]
+            sink = part_sink()
+            start = time.perf_counter_ns() if sink is not None else 0
             cfn([s if not isinstance(s, int) else ins[s] for s in c_sources], [acc], work)
+            if sink is not None:
+                middle = time.perf_counter_ns()
+                sink.append((f"contraction ({cnote})", start, middle - start))
             ew_ins = [acc if s == "acc" else ins[s] for s in ew_sources]
+            for k, shape in expand:
+                ew_ins[k] = ew_ins[k].reshape(shape)
             launch(kernel, [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ew_ins], outs)
+            if sink is not None:
+                sink.append(("elementwise kernel", middle, time.perf_counter_ns() - middle))
             return outs
 
         return Bound(fn_epilogue, cbound.workspace, cbound.note)
+
+
+def _expanded_type(t: TensorType | None, rank: int | None) -> TensorType | None:
+    """``t`` with trailing 1-dims up to ``rank`` (how a moved bias broadcasts in the elementwise body)."""
+    if t is None or t.shape is None or rank is None or rank <= len(t.shape):
+        return t
+    return TensorType(t.dtype, tuple(t.shape) + (1,) * (rank - len(t.shape)))
 
 
 def _launcher(state: GroupState, in_types: list[TensorType | None], out_shapes: list) -> Callable[..., None]:

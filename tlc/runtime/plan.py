@@ -27,7 +27,7 @@ from .impl import Impl, NotNative
 from .lower import Program, lower
 from .memory import MemoryPlan, StepSpec, plan_memory
 from .options import CompileOptions
-from .profiler import Profile
+from .profiler import Profile, set_part_sink
 from .stats import PlanStats, build_stats
 
 
@@ -105,8 +105,9 @@ class Specialization:
             if len(self._pool) < 8:
                 self._pool.append(arena)
 
-    def execute(self, env: list, arena: Arena, events: list | None = None) -> None:
-        """Run every step; with ``events`` (a list), append (step, start ns, duration ns) per step."""
+    def execute(self, env: list, arena: Arena, events: list | None = None, parts: list | None = None) -> None:
+        """Run every step; with ``events`` (a list), append (step, start ns, duration ns) per step, and tag the
+        (part, start, duration) records steps append to ``parts`` (the part sink) with their step."""
         outs_all, work_all = arena.outs, arena.work
         clock = time.perf_counter_ns
         t = start = -1
@@ -126,6 +127,8 @@ class Specialization:
                     env[v] = None
                 if events is not None:
                     events.append((t, start, clock() - start))
+                    if parts:
+                        parts[:] = [p if len(p) == 4 else (t, *p) for p in parts]
         except TlcError:
             raise
         except Exception as exc:  # a kernel failed: say which step, op and shapes
@@ -193,9 +196,14 @@ class Plan:
         try:
             if profile:
                 events: list[tuple[int, int, int]] = []
-                start = time.perf_counter_ns()
-                spec.execute(env, arena, events)
-                self._profile.record(start, time.perf_counter_ns() - start, events)
+                parts: list = []
+                set_part_sink(parts)
+                try:
+                    start = time.perf_counter_ns()
+                    spec.execute(env, arena, events, parts)
+                    self._profile.record(start, time.perf_counter_ns() - start, events, parts)
+                finally:
+                    set_part_sink(None)
             else:
                 spec.execute(env, arena)
             result = self._collect(env, spec, arrays)
