@@ -94,3 +94,42 @@ def test_profile_splits_an_epilogue_step_into_its_parts(rng):
     assert "part of tlc.Fused[epilogue]" in prof.table()
     trace = [e for e in prof.chrome_trace()["traceEvents"] if e.get("cat") == "part"]
     assert len(trace) == 6 and {e["args"]["step"] for e in trace} == {step["step"]}
+
+
+def attention_scores(extra_reader: str | None = None):
+    """softmax(Q @ K^T) @ V with Q, K, V per-head transposes of one projection (as BERT exporters write it)."""
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q0"]), helper.make_node("MatMul", ["x", "wk"], ["k0"]),
+             helper.make_node("Tanh", ["x"], ["v0"]),           # a kernel-written buffer seen through a view
+             helper.make_node("Reshape", ["q0", "shape"], ["q1"]), helper.make_node("Reshape", ["k0", "shape"], ["k1"]),
+             helper.make_node("Reshape", ["v0", "shape"], ["v1"]),
+             helper.make_node("Transpose", ["q1"], ["q"], name="Transpose_q", perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["k1"], ["kt"], name="Transpose_kt", perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["v1"], ["v"], name="Transpose_v", perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("Sin", ["x"], ["late"]),          # may reuse a buffer if a view's source were freed
+             helper.make_node("MatMul", ["p", "v"], ["o"])]
+    nodes.append(helper.make_node("Transpose", ["o"], ["ot"], name="Transpose_ot", perm=[0, 2, 1, 3]))
+    nodes.append(helper.make_node("Reshape", ["ot", "flat"], ["o2"]))
+    last = "o2"
+    if extra_reader == "elementwise":   # a reader that needs contiguous data: the transpose stays a copy
+        nodes.append(helper.make_node("Add", ["v", "v"], ["vv"]))
+        nodes.append(helper.make_node("ReduceSum", ["vv"], ["vs"], keepdims=0))
+        nodes.append(helper.make_node("Add", [last, "vs"], ["o3"]))
+        last = "o3"
+    nodes.append(helper.make_node("Add", [last, "late"], ["y"]))
+    return nodes
+
+
+@pytest.mark.parametrize("extra_reader", [None, "elementwise"])
+def test_transposes_that_feed_matmuls_only_become_views(rng, extra_reader):
+    seq, heads, dim = 6, 2, 4
+    inits = {"wq": rng.standard_normal((8, 8)).astype(np.float32), "wk": rng.standard_normal((8, 8)).astype(np.float32),
+             "shape": np.array([1, seq, heads, dim], np.int64), "flat": np.array([1, seq, 8], np.int64)}
+    onnx_model = model(attention_scores(extra_reader), {"x": (1, seq, 8)}, None, inits)
+    plan = compare(onnx_model, {"x": rng.standard_normal((1, seq, 8)).astype(np.float32)})
+    modes = {s.name: s.mode for s in plan.stats().steps if s.op == "Transpose"}
+    views = sorted(name for name, mode in modes.items() if mode == "view")
+    expected = ["Transpose_q", "Transpose_kt"] + ([] if extra_reader else ["Transpose_v"])
+    assert views == sorted(expected), modes
+    assert modes["Transpose_ot"] == "library"   # read by a Reshape: a view of it would be copied anyway

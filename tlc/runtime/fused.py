@@ -245,6 +245,20 @@ class FusedImpl(Impl):
     def inplace(self) -> bool:  # type: ignore[override]
         return self.state.kind == "elementwise"
 
+    def accepts_strided(self, port: int) -> bool:
+        """An input that only the contraction of an epilogue reads (BLAS takes strides; the kernel does not)."""
+        split = self.state.split
+        if split is None or port in split.ew_sources:
+            return False
+        c_ports = [p for p, s in enumerate(split.c_sources) if isinstance(s, int) and s == port]
+        if not c_ports:
+            return False
+        try:
+            impl = library_impl(split.node.op, split.node.attrs, split.node.num_outputs, self.state.options)
+        except NotNative:
+            return False
+        return impl is not None and all(impl.accepts_strided(p) for p in c_ports)
+
     def bind(self, in_types, out_types) -> Bound:
         out_shapes = static_shapes(out_types, "output")
         state = self.state

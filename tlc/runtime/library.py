@@ -46,6 +46,9 @@ def resolve_pads(attrs: dict[str, Any], in_hw: tuple[int, ...], out_hw: tuple[in
 class MatMulImpl(Impl):
     reason = "BLAS matmul"
 
+    def accepts_strided(self, port: int) -> bool:
+        return True   # np.matmul hands BLAS a transposed or row-strided matrix as it is
+
     def bind(self, in_types, out_types) -> Bound:
         static_shapes(out_types, "output")
         return Bound(lambda ins, outs, work: [lib_gemm.matmul(ins[0], ins[1], outs[0])])
@@ -53,6 +56,9 @@ class MatMulImpl(Impl):
 
 class GemmImpl(Impl):
     reason = "BLAS gemm"
+
+    def accepts_strided(self, port: int) -> bool:
+        return True
 
     def __init__(self, attrs: dict[str, Any]):
         self.kw = {"alpha": float(attrs.get("alpha", 1.0)), "beta": float(attrs.get("beta", 1.0)),
@@ -216,9 +222,13 @@ class TransposeImpl(Impl):
     def __init__(self, attrs: dict[str, Any]):
         self.perm = attrs.get("perm")
 
+    @property
+    def perm_tuple(self) -> tuple[int, ...] | None:
+        return tuple(int(p) for p in self.perm) if self.perm else None
+
     def bind(self, in_types, out_types) -> Bound:
         static_shapes(out_types, "output")
-        perm = tuple(self.perm) if self.perm else None
+        perm = self.perm_tuple
 
         def fn(ins, outs, work):
             np.copyto(outs[0], np.transpose(ins[0], perm))
