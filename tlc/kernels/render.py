@@ -5,9 +5,9 @@ node's output dtype when every operand is a constant), other operands and consta
 comparisons give bool. Every primitive result is assigned to its own variable (``t3_0``, ``t3_1`` ...),
 wrapped in its numpy scalar type so that Numba's integer widening and float64 literals never change the
 arithmetic. Constant integer powers become multiplications; 1 / (1 + exp(-x)) becomes a sigmoid and 1 + tanh(y)
-becomes 2 * sigmoid(2y) (the tanh form of GELU: one exp and one division instead of tanh's three parts). Functions (transcendentals, NaN-propagating
-max/min, C integer division ...) come from the target's ``Library``: ``tlc.kernels.mathlib`` on the CPU,
-libdevice and ``tlc.kernels.cudalib`` on CUDA.
+becomes 2 * sigmoid(2y) (the tanh form of GELU: one exp and one division instead of tanh's three parts).
+Functions (transcendentals, NaN-propagating max/min, C integer division ...) come from the target's
+``Library``: ``tlc.kernels.mathlib`` on the CPU, libdevice and ``tlc.kernels.cudalib`` on CUDA.
 """
 
 from __future__ import annotations
