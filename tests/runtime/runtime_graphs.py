@@ -98,7 +98,7 @@ class FakeCodegen:
         self.kernels: list[FakeKernel] = []
         self.threads: list[str] = []
 
-    def compile_group(self, body, kind, input_types, options):
+    def compile_group(self, body, kind, input_types, options, alias=None):
         self.threads.append(threading.current_thread().name)
         time.sleep(self.delay)
         if self.fail:

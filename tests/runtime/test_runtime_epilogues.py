@@ -133,3 +133,23 @@ def test_transposes_that_feed_matmuls_only_become_views(rng, extra_reader):
     expected = ["Transpose_q", "Transpose_kt"] + ([] if extra_reader else ["Transpose_v"])
     assert views == sorted(expected), modes
     assert modes["Transpose_ot"] == "library"   # read by a Reshape: a view of it would be copied anyway
+
+
+def test_eager_jit_compiles_the_in_place_variant_the_plan_runs(rng):
+    """An elementwise group that the memory plan runs in place (its input's buffer dies there) is compiled in
+    that variant up front, and runs it: no second compile on the first run."""
+    nodes = [helper.make_node("Concat", ["x", "x"], ["h"], axis=1), helper.make_node("Tanh", ["h"], ["t"]),
+             helper.make_node("Mul", ["t", "two"], ["u"]), helper.make_node("MatMul", ["u", "w"], ["y"])]
+    inits = {"w": rng.standard_normal((16, 8)).astype(np.float32), "two": np.array(2.0, np.float32)}
+    onnx_model = model(nodes, {"x": (4, 8)}, (4, 8), inits)
+    graph, _ = from_onnx(onnx_model)
+    plan = tlc.compile(graph, opt_level=2, jit="eager")
+    (state,) = [g for g in plan.groups if g.kind == "elementwise"]
+    (spec,) = plan._specs.values()
+    assert [t for t, _, _ in spec.memory.inplace] == [1]
+    assert [v.alias for v in state.kernel._variants] == [(0,)]
+    compare(onnx_model, {"x": rng.standard_normal((4, 8)).astype(np.float32)})
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    want = np.tanh(np.concatenate([x, x], axis=1)) * 2 @ inits["w"]
+    np.testing.assert_allclose(plan.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    assert [v.alias for v in state.kernel._variants] == [(0,)]

@@ -40,7 +40,16 @@ class KernelOptions:
 class Kernel:
     """A compiled fused group: ``kernel(inputs, outputs)`` writes every output in place."""
 
-    def __init__(self, plan: KernelPlan, options: KernelOptions, cache: KernelCache, target: str = "cpu"):
+    def __init__(
+        self,
+        plan: KernelPlan,
+        options: KernelOptions,
+        cache: KernelCache,
+        target: str = "cpu",
+        alias: tuple[int, ...] | None = None,
+    ):
+        """Compile the variant the caller will run first: in place per ``alias`` (output m written into input
+        ``alias[m]``, -1: its own array), the parallel function when the body's static shape is large enough."""
         self.plan = plan
         self.kind = plan.kind
         self.target = target
@@ -55,8 +64,11 @@ class Kernel:
         self._output_dtypes = [np.dtype(o.dtype) for o in plan.outputs]
         full = plan.full_shape
         self.layout = make_layout(full, [op.shape for op in plan.operands], row=plan.kind == "reduction")
+        static = all(isinstance(d, int) for d in full)
+        self._parallel_first = static and self._parallel_wanted(math.prod(full))
+        first = tuple(alias) if alias is not None and plan.kind == "elementwise" else (-1,) * len(plan.outputs)
         start = time.perf_counter()
-        module, self.cache_hit = self._compile(Variant(self.layout, options.fast_math, (-1,) * len(plan.outputs)))
+        module, self.cache_hit = self._compile(Variant(self.layout, options.fast_math, first))
         self.compile_seconds = time.perf_counter() - start
         self.source: str = module.__tlc_source__
         self.name = f"{self.kind}_{module.__tlc_key__[:12]}"
@@ -94,13 +106,14 @@ class Kernel:
         return render_module(self.plan, variant)
 
     def _build(self, module, variant: Variant) -> bool:
-        """Compile the serial function now (the parallel one on first use); True when Numba's cache had it."""
-        fn = module.kernel_serial
+        """Compile the function the static size picks (the other one on first use); True when Numba's cache
+        had it."""
+        fn = module.kernel_parallel if self._parallel_first else module.kernel_serial
         fn.compile(self._signature(variant))
         return bool(sum(fn.stats.cache_hits.values()))
 
     def _launch(self, module, dims: np.ndarray, total: int, flat_in: list, flat_out: list) -> None:
-        if self.options.parallel and total >= PARALLEL_MIN_ELEMENTS and numba.get_num_threads() > 1:
+        if self._parallel_wanted(total) and numba.get_num_threads() > 1:
             self._run_parallel(module.kernel_parallel, (dims, *flat_in, *flat_out))
         else:
             module.kernel_serial(dims, *flat_in, *flat_out)
@@ -294,8 +307,12 @@ def compile_group(
     target: str = "cpu",
     options: KernelOptions | None = None,
     cache: KernelCache | None = None,
+    alias: tuple[int, ...] | None = None,
 ) -> Kernel:
-    """Compile a ``tlc.Fused`` group's body for ``input_types`` (CompileError with a reason if it cannot)."""
+    """Compile a ``tlc.Fused`` group's body for ``input_types`` (CompileError with a reason if it cannot).
+
+    ``alias`` (elementwise groups): the in-place pattern the caller will run first (see ``Kernel``), so that is
+    the variant compiled now."""
     options = options or KernelOptions()
     if target not in ("cpu", "cuda"):
         raise CompileError(f"target {target!r} is not supported by compile_group (supported: 'cpu', 'cuda')")
@@ -313,4 +330,4 @@ def compile_group(
 
         return EpilogueKernel(body, list(input_types), options, cache)
     typed = typed_body(body, list(input_types))
-    return Kernel(build_plan(typed, kind), options, cache, target)
+    return Kernel(build_plan(typed, kind), options, cache, target, alias=alias)

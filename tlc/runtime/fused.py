@@ -28,7 +28,7 @@ from .library import library_impl
 from .options import CompileOptions
 from .profiler import part_sink
 
-CompileFn = Callable[[Graph, str, list, CompileOptions], Any]
+CompileFn = Callable[..., Any]   # (body, kind, input types, options, alias=None) -> kernel
 _CACHES: dict[str, Any] = {}
 _CACHES_LOCK = threading.Lock()
 
@@ -44,13 +44,15 @@ def codegen() -> tuple[CompileFn, Callable[[Graph], tuple[Graph, Graph]]]:
     except ImportError as exc:
         raise CompileError(f"code generation is not available: {exc}") from None
 
-    def compile_fn(body: Graph, kind: str, input_types: list, options: CompileOptions) -> Any:
+    def compile_fn(body: Graph, kind: str, input_types: list, options: CompileOptions,
+                   alias: tuple[int, ...] | None = None) -> Any:
         cache = None
         if options.cache_dir is not None:
             with _CACHES_LOCK:
                 cache = _CACHES.setdefault(options.cache_dir, KernelCache(options.cache_dir))
         kernel_options = KernelOptions(fast_math=options.fast_math, num_threads=options.num_threads)
-        return compile_group(body, kind, input_types, target=options.target, options=kernel_options, cache=cache)
+        return compile_group(body, kind, input_types, target=options.target, options=kernel_options, cache=cache,
+                             alias=alias if kind == "elementwise" else None)
 
     return compile_fn, split_epilogue
 
@@ -111,11 +113,12 @@ class GroupState:
             self._split()
 
     # ------------------------------------------------------------------ compiling
-    def compile(self) -> None:
-        """Compile now (on the calling thread); on failure keep the reference path and record why."""
+    def compile(self, alias: tuple[int, ...] | None = None) -> None:
+        """Compile now (on the calling thread); on failure keep the reference path and record why. ``alias``:
+        the in-place pattern the first runs will use (see ``tlc.kernels.compile_group``)."""
         start = time.perf_counter()
         try:
-            kernel = self._build()
+            kernel = self._build(alias)
         except Exception as exc:  # a codegen bug too must reach the user, also from the JIT thread
             self.reason = _why(exc)
             self.status = "failed"
@@ -128,14 +131,14 @@ class GroupState:
         self.status = "native"
         self.kernel = kernel
 
-    def _build(self) -> Any:
+    def _build(self, alias: tuple[int, ...] | None) -> Any:
         compile_fn, _ = codegen()
         if self.kind != "epilogue":
-            return compile_fn(self.body, self.kind, self.input_types, self.options)
+            return compile_fn(self.body, self.kind, self.input_types, self.options, alias)
         if self.split is None:
             raise CompileError(f"epilogue group {self.name!r} could not be split: {self.split_error}")
         ew = self.split.elementwise
-        return compile_fn(ew, "elementwise", [n.output_types[0] for n in ew.inputs], self.options)
+        return compile_fn(ew, "elementwise", [n.output_types[0] for n in ew.inputs], self.options, alias)
 
     def _split(self) -> None:
         try:
@@ -303,7 +306,8 @@ class FusedImpl(Impl):
                 sink.append(("elementwise kernel", middle, time.perf_counter_ns() - middle))
             return outs
 
-        return Bound(fn_epilogue, cbound.workspace, cbound.note)
+        alias = (0,) + (-1,) * (len(out_shapes) - 1) if in_place else None
+        return Bound(fn_epilogue, cbound.workspace, cbound.note, alias)
 
 
 def _expanded_type(t: TensorType | None, rank: int | None) -> TensorType | None:

@@ -31,6 +31,7 @@ class Bound(NamedTuple):
     fn: StepFn
     workspace: list[tuple[tuple[int, ...], np.dtype]] = []
     note: str = ""
+    alias: tuple[int, ...] | None = None   # a kernel's outputs written into its inputs, where the step decides
 
 
 class NotNative(Exception):

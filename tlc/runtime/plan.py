@@ -32,14 +32,15 @@ from .stats import PlanStats, build_stats
 
 
 class BoundStep:
-    __slots__ = ("fn", "inputs", "outputs", "fresh", "release", "impl", "note")
+    __slots__ = ("fn", "inputs", "outputs", "fresh", "release", "impl", "note", "alias")
 
-    def __init__(self, fn, inputs, outputs, impl: Impl, note: str):
+    def __init__(self, fn, inputs, outputs, impl: Impl, note: str, alias: tuple[int, ...] | None = None):
         self.fn = fn
         self.inputs = inputs
         self.outputs = outputs
         self.impl = impl
         self.note = note
+        self.alias = alias
         self.fresh: list[tuple[int, tuple[int, ...], np.dtype]] = []
         self.release: list[int] = []
 
@@ -58,6 +59,8 @@ class Arena:
         buffers = [np.empty(n, np.uint8) for n in memory.slot_bytes]
         views = {v: _view(buffers[s], tuple(types[v].shape), np_dtype(types[v].dtype))
                  for v, s in memory.placement.items()}
+        for _, out, donor in memory.inplace:   # NOTE: one array object, so a kernel sees it runs in place
+            views[out] = views[donor]
         self.outs = [[views.get(o) for o in st.outputs] for st in steps]
         self.work = [[_view(buffers[s], shape, dtype) for s, shape, dtype in w] for w in memory.work]
 
@@ -81,7 +84,7 @@ class Specialization:
                 impl = step.fallback
                 bound = impl.bind(in_types, out_types)
                 note = f"reference here: {exc}"
-            self.steps.append(BoundStep(bound.fn, step.inputs, step.outputs, impl, note))
+            self.steps.append(BoundStep(bound.fn, step.inputs, step.outputs, impl, note, bound.alias))
             specs.append(StepSpec(step.inputs, step.outputs, impl.writes_outputs, impl.inplace, bound.workspace))
         self.memory = plan_memory(specs, types, {v for _, v in program.outputs})
         for bs, release in zip(self.steps, self.memory.release):
@@ -256,11 +259,29 @@ class Plan:
 
     # ------------------------------------------------------------------ JIT, stats, profile
     def compile_groups(self) -> None:
-        """Compile every fused group now (eager JIT)."""
+        """Compile every fused group now (eager JIT), each in the variant the static shapes will run."""
         start = time.perf_counter()
+        hints = self._alias_hints()
         for state in self.program.groups:
-            state.compile()
+            state.compile(hints.get(id(state)))
         self.timings["jit_ms"] = (time.perf_counter() - start) * 1e3
+
+    def _alias_hints(self) -> dict[int, tuple[int, ...]]:
+        """Per group (by id): which input each output is written into when the static specialization runs."""
+        spec = self._specs.get(())
+        if spec is None:
+            return {}
+        hints = {}
+        for t, step in enumerate(self.program.steps):
+            state = getattr(step.impl, "state", None)
+            if state is None or spec.steps[t].impl is not step.impl:
+                continue
+            alias = spec.steps[t].alias
+            if alias is None:
+                donors = {o: i for s, o, i in spec.memory.inplace if s == t}
+                alias = tuple(step.inputs.index(donors[o]) if o in donors else -1 for o in step.outputs)
+            hints[id(state)] = alias
+        return hints
 
     def wait_for_jit(self, timeout: float | None = None) -> bool:
         """Wait for background (lazy) compilations; True when none is left running."""
