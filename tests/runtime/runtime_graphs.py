@@ -77,11 +77,11 @@ class FakeKernel:
         for out, res in zip(outputs, run_graph(self.body, inputs)):
             np.copyto(out, res)
 
-    def launcher(self, input_shapes, output_shapes):
+    def launcher(self, input_shapes, output_shapes, serial=False):
         """``Kernel.launcher``: a caller bound to shapes (checked here, as the real one checks them once)."""
         self.launchers = getattr(self, "launchers", 0) + 1
 
-        def launch(inputs, outputs):
+        def launch(inputs, outputs, alias=None):
             assert [a.shape for a in inputs] == [tuple(s) for s in input_shapes]
             assert [o.shape for o in outputs] == [tuple(s) for s in output_shapes]
             self(inputs, outputs)

@@ -165,8 +165,8 @@ def test_a_failing_kernel_is_named(codegen, rng):
     plan = compile(fused_graph(), opt_level=0, jit="eager")
 
     class Broken:
-        def launcher(self, input_shapes, output_shapes):
-            def launch(inputs, outputs):
+        def launcher(self, input_shapes, output_shapes, serial=False):
+            def launch(inputs, outputs, alias=None):
                 raise ValueError("boom")
 
             return launch

@@ -184,10 +184,13 @@ class Kernel:
             self._shapes[tuple(in_shapes)] = entry
         return entry
 
-    def launcher(self, input_shapes: Sequence[tuple[int, ...]], output_shapes: Sequence[tuple[int, ...]]) -> Launcher:
+    def launcher(
+        self, input_shapes: Sequence[tuple[int, ...]], output_shapes: Sequence[tuple[int, ...]], serial: bool = False
+    ) -> Launcher:
         """A caller bound to these shapes: everything ``__call__`` checks per call is checked here, once.
 
         For callers that own their buffers (the runtime): see ``Launcher`` for what they must guarantee.
+        ``serial``: never the parallel function (the caller runs this on one of its own threads).
         """
         in_shapes = [tuple(s) for s in input_shapes] + [a.shape for a in self._constant_arrays]
         layout, dims, total, allowed = self._prepare(len(input_shapes), in_shapes, len(output_shapes))
@@ -202,7 +205,7 @@ class Kernel:
             for k, s in enumerate(in_shapes[: self._num_inputs])
             if self.plan.kind == "elementwise" and all(layout.flags[k]) and any(s == tuple(o) for o in output_shapes)
         ]
-        return Launcher(self, layout, dims, self._parallel_wanted(total), in_place)
+        return Launcher(self, layout, dims, not serial and self._parallel_wanted(total), in_place)
 
     def _parallel_wanted(self, total: int) -> bool:
         threads = self.options.num_threads or numba.config.NUMBA_NUM_THREADS
@@ -275,8 +278,13 @@ class Launcher:
             )
         return module.kernel_parallel if self.parallel else module.kernel_serial
 
-    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        alias = tuple(next((k for k in self.in_place if inputs[k] is o), -1) for o in outputs)
+    def __call__(
+        self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], alias: tuple[int, ...] | None = None
+    ) -> None:
+        """Run; ``alias`` (output m computed into input ``alias[m]``) when the caller knows it, else an output
+        that is the very object of an input is taken to be computed in place."""
+        if alias is None:
+            alias = tuple(next((k for k in self.in_place if inputs[k] is o), -1) for o in outputs)
         fn = self._function(alias)
         args = [a.reshape(-1) for a in inputs]
         args += self.constants

@@ -11,6 +11,7 @@ reference path; the plan warns once and ``stats()`` gives the reason (no silent 
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,9 @@ from ..reference import run_graph
 from .impl import Bound, Impl, NotNative, static_shapes
 from .library import library_impl
 from .options import CompileOptions
+from .parts import PartsBound, part_of, parts_note, slab
 from .profiler import part_sink
+from .workers import workers
 
 CompileFn = Callable[..., Any]   # (body, kind, input types, options, alias=None) -> kernel
 _CACHES: dict[str, Any] = {}
@@ -208,8 +211,9 @@ class EpilogueSplit:
             self.ew_ranks.append(None if shape is None else len(shape))
 
     def bind(self, in_types: list[TensorType | None], out_types: list[TensorType | None],
-             options: CompileOptions) -> tuple[Bound, bool]:
-        """The contraction bound to concrete types, and whether it can write straight into output 0."""
+             options: CompileOptions) -> tuple[Bound, bool, PartsBound | None]:
+        """The contraction bound to concrete types, whether it can write straight into output 0, and its parts
+        when the runtime's workers should run it (and the epilogue) in slabs of the output."""
         types = [TensorType.of(s) if isinstance(s, np.ndarray) else None if s is None else in_types[s]
                  for s in self.c_sources]
         typed = self.contraction.copy()
@@ -221,13 +225,17 @@ class EpilogueSplit:
         impl = library_impl(self.node.op, self.node.attrs, self.node.num_outputs, options)
         if impl is None:
             raise NotNative(f"no library kernel for contraction {self.node.op}")
-        bound = impl.bind(types, [acc_type])
         in_place = len(self.elementwise.outputs) == 1 and acc_type == out_types[0]
+        bind_parts = getattr(impl, "bind_parts", None)
+        parts = bind_parts(types, [acc_type]) if bind_parts is not None else None
+        if parts is not None and any(t is None or t.shape != acc_type.shape for t in out_types):
+            parts = None   # an output of another shape than the product: no common slabs
+        bound = impl.bind(types, [acc_type]) if parts is None else Bound(None, parts.workspace, parts_note(parts))
         if not in_place:
             static_shapes([acc_type], "contraction output")
             bound = Bound(bound.fn, bound.workspace + [(tuple(acc_type.shape), np.dtype(acc_type.dtype))],
                           bound.note)
-        return bound, in_place
+        return bound, in_place, parts
 
 
 class FusedImpl(Impl):
@@ -277,7 +285,7 @@ class FusedImpl(Impl):
                 return outs
 
             return Bound(fn)
-        cbound, in_place = split.bind(in_types, out_types, state.options)
+        cbound, in_place, parts = split.bind(in_types, out_types, state.options)
         c_sources, ew_sources, cfn = split.c_sources, split.ew_sources, cbound.fn
         cnote = f"{split.node.op} {cbound.note}".strip()
         acc_type = out_types[0] if in_place else TensorType(out_types[0].dtype, cbound.workspace[-1][0])
@@ -286,6 +294,10 @@ class FusedImpl(Impl):
         expand = [(k, t.shape) for k, (s, t) in enumerate(zip(ew_sources, ew_types))
                   if s != "acc" and t is not None and t.shape != in_types[s].shape]
         launch = _launcher(state, ew_types, out_shapes)
+        alias = (0,) + (-1,) * (len(out_shapes) - 1) if in_place else None
+        if parts is not None and all(t is not None and t.is_static for t in ew_types):
+            fn = _epilogue_in_parts(state, parts, c_sources, ew_sources, ew_types, expand, out_shapes, in_place)
+            return Bound(fn, cbound.workspace, cbound.note, alias)
 
         def fn_epilogue(ins, outs, work):
             kernel = state.kernel
@@ -306,8 +318,57 @@ class FusedImpl(Impl):
                 sink.append(("elementwise kernel", middle, time.perf_counter_ns() - middle))
             return outs
 
-        alias = (0,) + (-1,) * (len(out_shapes) - 1) if in_place else None
         return Bound(fn_epilogue, cbound.workspace, cbound.note, alias)
+
+
+def _epilogue_in_parts(state: GroupState, parts: PartsBound, c_sources, ew_sources, ew_types, expand,
+                       out_shapes, in_place: bool):
+    """An epilogue step whose contraction runs in slabs on the runtime's workers, each slab's elementwise
+    kernel right after it on the same thread (the slab still in that core's cache)."""
+    split, rank = parts.split, len(out_shapes[0])
+    count = len(split.bounds)
+    ew_slabs = [[slab(tuple(t.shape), rank, split, k) for t in ew_types] for k in range(count)]
+    out_slabs = [slab(tuple(out_shapes[0]), rank, split, k) for k in range(count)]
+    launches = [_launcher(state, [TensorType(t.dtype, _sliced(t.shape, i)) for t, i in zip(ew_types, ew_slabs[k])],
+                          [_sliced(s, out_slabs[k]) for s in out_shapes], serial=True) for k in range(count)]
+    alias = (0,) + (-1,) * (len(out_shapes) - 1) if in_place else (-1,) * len(out_shapes)
+    pool = workers(count)
+
+    def part(k, c_ins, ew_ins, outs, acc, work, kernel):
+        parts.parts[k](c_ins, [acc], work)
+        launches[k](kernel, [part_of(a, i) for a, i in zip(ew_ins, ew_slabs[k])],
+                    [part_of(o, out_slabs[k]) for o in outs], alias)
+
+    def fn(ins, outs, work):
+        kernel = state.kernel
+        if kernel is None:
+            return state.run_reference(ins, outs)
+        acc = outs[0] if in_place else work[-1]
+        c_ins = [s if not isinstance(s, int) else ins[s] for s in c_sources]
+        if parts.prepare:
+            pool.run([functools.partial(f, c_ins, [acc], work) for f in parts.prepare])
+        ew_ins = [acc if s == "acc" else ins[s] for s in ew_sources]
+        for k, shape in expand:
+            ew_ins[k] = ew_ins[k].reshape(shape)
+        ew_ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ew_ins]
+        sink = part_sink()
+        start = time.perf_counter_ns() if sink is not None else 0
+        pool.run([functools.partial(part, k, c_ins, ew_ins, outs, acc, work, kernel) for k in range(count)])
+        if sink is not None:
+            sink.append((f"{count} parts: contraction + kernel", start, time.perf_counter_ns() - start))
+        return outs
+
+    return fn
+
+
+def _sliced(shape, index) -> tuple[int, ...]:
+    """The shape of ``array[index]`` for an array of ``shape`` (``index``: a slab or None)."""
+    if index is None:
+        return tuple(shape)
+    out = list(shape)
+    axis = len(index) - 1
+    out[axis] = index[axis].stop - index[axis].start
+    return tuple(out)
 
 
 def _expanded_type(t: TensorType | None, rank: int | None) -> TensorType | None:
@@ -317,20 +378,22 @@ def _expanded_type(t: TensorType | None, rank: int | None) -> TensorType | None:
     return TensorType(t.dtype, tuple(t.shape) + (1,) * (rank - len(t.shape)))
 
 
-def _launcher(state: GroupState, in_types: list[TensorType | None], out_shapes: list) -> Callable[..., None]:
-    """``launch(kernel, ins, outs)``: the kernel's ``Launcher`` for these shapes, made for each kernel swapped in
-    (or its checked ``__call__`` where the shapes are not static)."""
+def _launcher(state: GroupState, in_types: list[TensorType | None], out_shapes: list,
+              serial: bool = False) -> Callable[..., None]:
+    """``launch(kernel, ins, outs, alias=None)``: the kernel's ``Launcher`` for these shapes, made for each kernel
+    swapped in (or its checked ``__call__`` where the shapes are not static); ``serial`` for a part of a step
+    that already runs on several threads."""
     try:
         in_shapes = static_shapes(in_types, "input")
     except NotNative:
-        return lambda kernel, ins, outs: kernel(ins, outs)
+        return lambda kernel, ins, outs, alias=None: kernel(ins, outs)
     bound: list[tuple[Any, Any]] = [(None, None)]  # (kernel, its launcher), replaced as one tuple
 
-    def launch(kernel, ins, outs) -> None:
+    def launch(kernel, ins, outs, alias=None) -> None:
         made_for, launcher = bound[0]
         if made_for is not kernel:
-            launcher = kernel.launcher(in_shapes, out_shapes)
+            launcher = kernel.launcher(in_shapes, out_shapes, serial=serial)
             bound[0] = (kernel, launcher)
-        launcher(ins, outs)
+        launcher(ins, outs, alias)
 
     return launch
