@@ -9,6 +9,10 @@ Reports medians with min/max, ratios to onnxruntime, the memory-bandwidth bound 
 first-call latency with a cold and a warm kernel cache, compile time split into passes / lowering / JIT,
 node counts (original, tlc -O1/-O2/-O3, onnxruntime's optimized graph), peak RSS, and output agreement.
 Output: a markdown table on stdout and in OUT/results.md, OUT/results.json, OUT/ratios.png.
+
+The machine may be shared: the load average is recorded before and after each model's timing (in the table),
+and ``--profile`` adds the step profile of tlc -O2 (``plan.profile().table()``) for every model where it is
+slower than onnxruntime, so the report can say why.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ def machine_info() -> dict:
 
 
 def copy_bandwidth(megabytes: int = 256, repeats: int = 7) -> float:
-    """Measured copy bandwidth in GB/s (bytes read + bytes written), median of ``repeats``."""
+    """Measured copy bandwidth in GB/s (bytes read + bytes written), the best of ``repeats`` (the machine's, as
+    far as a shared machine lets it show)."""
     src = np.ones(megabytes * (1 << 20) // 4, np.float32)
     dst = np.empty_like(src)
     times = []
@@ -72,7 +77,7 @@ def copy_bandwidth(megabytes: int = 256, repeats: int = 7) -> float:
         start = time.perf_counter()
         np.copyto(dst, src)
         times.append(time.perf_counter() - start)
-    return 2 * src.nbytes / statistics.median(times) / 1e9
+    return 2 * src.nbytes / min(times) / 1e9
 
 
 # ---------------------------------------------------------------------------- contenders
@@ -111,15 +116,28 @@ def make_contenders(name: str, model, threads: int, include_o0: bool) -> tuple[d
     facts = {}
     if include_o0:
         contenders["tlc -O0"] = lambda f: [tlc.reference.run(graph, f)[n] for n in out_names]
+    plans = {}
     for level in (2, 3):
         start = time.perf_counter()
         plan = tlc.compile(graph, target="cpu", opt_level=level, jit="eager", num_threads=threads)
         facts[f"tlc -O{level}"] = {"compile_s": time.perf_counter() - start, **compile_split(plan)}
         contenders[f"tlc -O{level}"] = (lambda p: lambda f: [p.run(f)[n] for n in out_names])(plan)
+        plans[f"tlc -O{level}"] = plan
     for level, label in (("ORT_ENABLE_ALL", "ORT all"), ("ORT_DISABLE_ALL", "ORT none")):
         sess = ort_session(model, threads, level)
         contenders[label] = (lambda s: lambda f: s.run(None, f))(sess)
-    return contenders, facts
+    return contenders, facts, plans
+
+
+def profile_plan(plan, feeds: dict, runs: int = 20) -> str:
+    """The step profile of ``runs`` runs (after two unprofiled ones), as ``Profile.table()`` prints it."""
+    for _ in range(2):
+        plan.run(feeds)
+    plan.profile(reset=True)
+    for _ in range(runs):
+        time.sleep(0.02)
+        plan.run(feeds, profile=True)
+    return plan.profile(reset=True).table()
 
 
 def compile_split(plan) -> dict:
@@ -182,17 +200,28 @@ import numpy as np, onnx
 model = onnx.load(sys.argv[1]); kind = sys.argv[2]; threads = int(sys.argv[3])
 feeds = {k: np.load(sys.argv[4])[k] for k in np.load(sys.argv[4]).files}
 t1 = time.perf_counter()
+split = {}
 if kind == "ort":
     import onnxruntime as ort
     so = ort.SessionOptions(); so.intra_op_num_threads = threads
-    s = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"]); s.run(None, feeds)
+    s = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+    t2 = time.perf_counter()
+    s.run(None, feeds)
 else:
     import tlc
-    plan = tlc.compile(tlc.load(sys.argv[1]), target="cpu", opt_level=2, jit="eager", num_threads=threads)
+    graph = tlc.load(sys.argv[1])
+    t15 = time.perf_counter()
+    plan = tlc.compile(graph, target="cpu", opt_level=2, jit="eager", num_threads=threads)
+    t2 = time.perf_counter()
+    split = dict(plan.compile_report(), import_and_load_s=t15 - t1)
+    t1 = t15
     plan.run(feeds)
-t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "first_call_s": t2 - t1,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+t3 = time.perf_counter()
+# NOTE: ru_maxrss survives exec (it counted the benchmark process this one was forked from); VmHWM is this image's
+hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+peak = int(hwm[0]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t1, "compile_s": t2 - t1, "first_run_s": t3 - t2,
+                  "split": split, "peak_rss_mb": peak}))
 """
 
 
@@ -207,7 +236,7 @@ def first_call(model_path: str, feeds_path: str, kind: str, threads: int, cache_
 
 # ---------------------------------------------------------------------------- the run
 def bench_model(name: str, threads_list: list[int], rounds: int, budget_s: float, bandwidth: float,
-                tmp: str) -> dict:
+                tmp: str, profile: bool = False, include_o0: bool = True) -> dict:
     model = models.bench_model(name)
     feeds = model_inputs(model)
     import onnx
@@ -216,18 +245,19 @@ def bench_model(name: str, threads_list: list[int], rounds: int, budget_s: float
     onnx.save(model, model_path)
     feeds_path = os.path.join(tmp, f"{name}.npz")
     np.savez(feeds_path, **feeds)
-    result: dict = {"model": name, "nodes": node_counts(model), "threads": {}}
+    result: dict = {"model": name, "nodes": node_counts(model), "threads": {}, "load": {}, "profile_o2": {}}
     if name in MEMORY_BOUND:
         out_bytes = sum(a.nbytes for a in feeds.values())  # outputs have the input's size in these models
         min_bytes = sum(a.nbytes for a in feeds.values()) + out_bytes
         result["bandwidth_bound_ms"] = min_bytes / (bandwidth * 1e9) * 1000
     for threads in threads_list:
         log(f"[{name}] threads={threads}: compiling contenders")
-        contenders, facts = make_contenders(name, model, threads, include_o0=True)
+        contenders, facts, plans = make_contenders(name, model, threads, include_o0=include_o0)
         expected = contenders["ORT all"](feeds)
         errors = {k: max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
                          for a, b in zip(fn(feeds), expected)) for k, fn in contenders.items()}
         log(f"[{name}] threads={threads}: timing {', '.join(contenders)}")
+        load_before = os.getloadavg()[0]
         samples = time_interleaved(contenders, feeds, rounds, budget_s)
         stats = {k: summarize(v) for k, v in samples.items()}
         ort_median = stats["ORT all"]["median_ms"]
@@ -235,6 +265,10 @@ def bench_model(name: str, threads_list: list[int], rounds: int, budget_s: float
             stats[k]["ratio_to_ort"] = stats[k]["median_ms"] / ort_median
             stats[k]["max_abs_err_vs_ort"] = errors[k]
             stats[k].update(facts.get(k, {}))
+        result["load"][threads] = {"before": load_before, "after": os.getloadavg()[0]}
+        if profile and stats["tlc -O2"]["ratio_to_ort"] > 1.0:
+            log(f"[{name}] threads={threads}: profiling tlc -O2")
+            result["profile_o2"][threads] = profile_plan(plans["tlc -O2"], feeds)
         result["threads"][threads] = stats
     with tempfile.TemporaryDirectory() as cache:
         result["first_call"] = {
@@ -245,51 +279,64 @@ def bench_model(name: str, threads_list: list[int], rounds: int, budget_s: float
     return result
 
 
+def _cell(s: dict | None) -> str:
+    return "-" if s is None else f"{s['median_ms']:.2f} [{s['min_ms']:.2f}-{s['max_ms']:.2f}] x{s['ratio_to_ort']:.2f}"
+
+
+def _secs(d: dict, key: str) -> str:
+    v = d.get(key)
+    return "-" if v is None else f"{v:.2f}"
+
+
 def markdown(results: list[dict], info: dict, bandwidth: float) -> str:
     lines = [f"# tlc benchmark ({info['date']})", "",
              f"{info['cpu']}, {info['cores']} cores; numpy {info['numpy']}, numba {info['numba']}, "
              f"onnxruntime {info['onnxruntime']}; copy bandwidth {bandwidth:.1f} GB/s", ""]
     threads_all = sorted({t for r in results for t in r["threads"]})
+    labels = ["tlc -O0", "tlc -O2", "tlc -O3", "ORT all", "ORT none"]
     for threads in threads_all:
-        lines += [f"## Steady-state latency, {threads} thread(s): median ms [min-max], ratio to ORT all", ""]
-        labels = ["tlc -O0", "tlc -O2", "tlc -O3", "ORT all", "ORT none"]
-        lines.append("| model | " + " | ".join(labels) + " | bound | max err -O2 |")
-        lines.append("|---" * (len(labels) + 3) + "|")
+        lines += [f"## Steady-state latency, {threads} thread(s): median ms [min-max], ratio to ORT all", "",
+                  "| model | " + " | ".join(labels) + " | bound ms (-O2 / bound) | max err -O2 | load |",
+                  "|---" * (len(labels) + 4) + "|"]
         for r in results:
             stats = r["threads"].get(threads)
             if not stats:
                 continue
-            cells = []
-            for label in labels:
-                s = stats.get(label)
-                cells.append("-" if s is None else f"{s['median_ms']:.2f} [{s['min_ms']:.2f}-{s['max_ms']:.2f}] "
-                                                   f"x{s['ratio_to_ort']:.2f}")
             bound = r.get("bandwidth_bound_ms")
-            bound_text = "-" if bound is None else f"{bound:.2f}"
-            err = stats["tlc -O2"]["max_abs_err_vs_ort"]
-            lines.append(f"| {r['model']} | " + " | ".join(cells) + f" | {bound_text} | {err:.1e} |")
+            bound_text = "-" if bound is None else f"{bound:.2f} (x{stats['tlc -O2']['median_ms'] / bound:.1f})"
+            load = r.get("load", {}).get(threads, {})
+            lines.append(f"| {r['model']} | " + " | ".join(_cell(stats.get(label)) for label in labels) +
+                         f" | {bound_text} | {stats['tlc -O2']['max_abs_err_vs_ort']:.1e} | "
+                         f"{load.get('before', float('nan')):.1f}-{load.get('after', float('nan')):.1f} |")
         lines.append("")
-    lines += ["## Compile time (s) and first call", "",
-              "| model | -O2 compile | -O3 compile | split (-O2) | first call cold | warm | ORT first call "
-              "| peak RSS MB (tlc cold) |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["## Compile time and first call (fresh processes, -O2, s)", "",
+              "compile = `tlc.compile()` of the loaded model (ORT: session creation); first call = compile + first "
+              "run; both after `import tlc` and loading. In-process: the benchmark's own compile (kernels already in "
+              "memory for -O3).", "",
+              "| model | compile cold | compile warm (passes / lower / jit) | first run cold / warm "
+              "| first call cold | warm | ORT first call | in-process -O2 / -O3 | peak RSS MB tlc / ORT |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         stats = r["threads"][threads_all[0]]
-        split = ", ".join(f"{k} {v:.2f}" for k, v in stats["tlc -O2"].items()
-                          if k.endswith("_s") and k != "compile_s")
-        fc = r["first_call"]
-        lines.append(f"| {r['model']} | {stats['tlc -O2'].get('compile_s', 0):.2f} | "
-                     f"{stats['tlc -O3'].get('compile_s', 0):.2f} | {split or '-'} | "
-                     f"{fc['tlc cold cache'].get('first_call_s', float('nan')):.2f} | "
-                     f"{fc['tlc warm cache'].get('first_call_s', float('nan')):.2f} | "
-                     f"{fc['ORT all'].get('first_call_s', float('nan')):.2f} | "
-                     f"{fc['tlc cold cache'].get('peak_rss_mb', float('nan')):.0f} |")
+        cold, warm, ort = (r["first_call"][k] for k in ("tlc cold cache", "tlc warm cache", "ORT all"))
+        split = warm.get("split", {})
+        parts = " / ".join(_secs(split, k) for k in ("passes_s", "lower_s", "jit_s"))
+        lines.append(f"| {r['model']} | {_secs(cold, 'compile_s')} | {_secs(warm, 'compile_s')} ({parts}) | "
+                     f"{_secs(cold, 'first_run_s')} / {_secs(warm, 'first_run_s')} | {_secs(cold, 'first_call_s')} | "
+                     f"{_secs(warm, 'first_call_s')} | {_secs(ort, 'first_call_s')} | "
+                     f"{_secs(stats['tlc -O2'], 'compile_s')} / {_secs(stats['tlc -O3'], 'compile_s')} | "
+                     f"{cold.get('peak_rss_mb', float('nan')):.0f} / {ort.get('peak_rss_mb', float('nan')):.0f} |")
     lines += ["", "## Node counts", "", "| model | original | tlc -O1 | tlc -O2 | tlc -O3 | ORT all |",
               "|---|---|---|---|---|---|"]
     for r in results:
         n = r["nodes"]
         lines.append(f"| {r['model']} | {n['original']} | {n['tlc -O1']} | {n['tlc -O2']} | {n['tlc -O3']} | "
                      f"{n['ORT all']} |")
+    profiles = [(r["model"], t, text) for r in results for t, text in sorted(r.get("profile_o2", {}).items())]
+    if profiles:
+        lines += ["", "## Profiles of tlc -O2 where it is slower than onnxruntime", ""]
+        for model, threads, text in profiles:
+            lines += [f"### {model}, {threads} thread(s)", "", "```", text, "```", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -325,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (x3 timed calls each)")
     parser.add_argument("--budget", type=float, default=20.0, help="seconds a slow contender may take per model")
     parser.add_argument("--out", default="bench-results", help="folder for results.md/.json and ratios.png")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile tlc -O2 (20 runs) where it is slower than onnxruntime; tables in the report")
+    parser.add_argument("--no-o0", action="store_true", help="leave out tlc -O0 (the reference executor)")
     args = parser.parse_args(argv)
     threads = args.threads or sorted({os.cpu_count() or 1, 1}, reverse=True)
     os.makedirs(args.out, exist_ok=True)
@@ -334,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            results.append(bench_model(name, threads, args.rounds, args.budget, bandwidth, tmp))
+            results.append(bench_model(name, threads, args.rounds, args.budget, bandwidth, tmp,
+                                       profile=args.profile, include_o0=not args.no_o0))
     text = markdown(results, info, bandwidth)
     print(text)
     Path(args.out, "results.md").write_text(text)

@@ -77,6 +77,17 @@ class FakeKernel:
         for out, res in zip(outputs, run_graph(self.body, inputs)):
             np.copyto(out, res)
 
+    def launcher(self, input_shapes, output_shapes, serial=False):
+        """``Kernel.launcher``: a caller bound to shapes (checked here, as the real one checks them once)."""
+        self.launchers = getattr(self, "launchers", 0) + 1
+
+        def launch(inputs, outputs, alias=None):
+            assert [a.shape for a in inputs] == [tuple(s) for s in input_shapes]
+            assert [o.shape for o in outputs] == [tuple(s) for s in output_shapes]
+            self(inputs, outputs)
+
+        return launch
+
 
 class FakeCodegen:
     """Stands in for ``tlc.runtime.fused.codegen`` until tlc.kernels lands: records what it compiled."""
@@ -87,7 +98,7 @@ class FakeCodegen:
         self.kernels: list[FakeKernel] = []
         self.threads: list[str] = []
 
-    def compile_group(self, body, kind, input_types, options):
+    def compile_group(self, body, kind, input_types, options, alias=None):
         self.threads.append(threading.current_thread().name)
         time.sleep(self.delay)
         if self.fail:

@@ -164,10 +164,14 @@ def test_opt_level_2_groups_run_like_the_original(codegen, jit, rng):
 def test_a_failing_kernel_is_named(codegen, rng):
     plan = compile(fused_graph(), opt_level=0, jit="eager")
 
-    def broken(inputs, outputs):
-        raise ValueError("boom")
+    class Broken:
+        def launcher(self, input_shapes, output_shapes, serial=False):
+            def launch(inputs, outputs, alias=None):
+                raise ValueError("boom")
 
-    plan.groups[0].kernel = broken
+            return launch
+
+    plan.groups[0].kernel = Broken()
     with pytest.raises(tlc.ExecutionError, match=r"node 'Fused' \(tlc.Fused, native kernel\).*ValueError: boom"):
         plan.run({"x": rng.standard_normal((2, 4), dtype=np.float32)})
 

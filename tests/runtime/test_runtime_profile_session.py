@@ -137,3 +137,15 @@ def test_planner_reuses_slots_and_keeps_workspace_apart():
     (work_slot, _, _), = plan.work[1]
     assert work_slot not in (slot[0], slot[1])            # scratch never overlaps the step's inputs/outputs
     assert len(plan.slot_bytes) <= 3
+
+
+def test_quiet_openmp_leaves_a_users_policy_alone(monkeypatch):
+    """libgomp's idle workers are asked to sleep (not spin against BLAS) unless the user chose a policy."""
+    monkeypatch.setattr(threads, "_numba_pool_started", lambda: False)
+    env: dict[str, str] = {}
+    assert threads.quiet_openmp(env) and env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert not threads.quiet_openmp({"OMP_WAIT_POLICY": "active"})
+    assert not threads.quiet_openmp({"GOMP_SPINCOUNT": "300000"})
+    monkeypatch.setattr(threads, "_numba_pool_started", lambda: True)
+    started: dict[str, str] = {}
+    assert not threads.quiet_openmp(started) and started == {}   # too late: libgomp has read its environment

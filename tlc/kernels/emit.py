@@ -122,8 +122,15 @@ def store(array: str, at: ast.expr, value: ast.expr) -> ast.Assign:
     return ast.Assign([ast.Subscript(name(array), at, ast.Store())], value)
 
 
-def loop(var: str, start: ast.expr, stop: ast.expr, body: list[ast.stmt], parallel: bool = False) -> ast.For:
-    rng = call("prange" if parallel else "range", start, stop)
+def loop(
+    var: str,
+    start: ast.expr,
+    stop: ast.expr,
+    body: list[ast.stmt],
+    parallel: bool = False,
+    step: ast.expr | None = None,
+) -> ast.For:
+    rng = call("prange" if parallel else "range", start, stop, *([step] if step is not None else []))
     return ast.For(name(var, store=True), rng, body or [ast.Pass()], [])
 
 

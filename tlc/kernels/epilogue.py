@@ -5,6 +5,12 @@ place with an elementwise kernel. ``split_epilogue`` cuts the body for it: the c
 body's inputs (names kept) and the elementwise body takes the contraction's result as its input 0 (named
 ``contraction``), followed by the other body inputs it uses (names kept, original order). ``EpilogueKernel``
 runs a whole epilogue group that way, with the contraction from the op registry's reference implementation.
+
+The contraction's additive bias (Conv's B, Gemm's C) moves into the elementwise body, where it costs nothing
+(the kernel passes over the result anyway) instead of a pass of its own after BLAS. A moved bias input keeps
+its name; where the elementwise body declares it with more dims (Conv's [M] as [M, 1, 1]), the caller appends
+trailing 1-dims to the array it passes (a view). NOTE: which input is the bias and how it broadcasts is op
+knowledge the registry does not declare yet, so ``_BIAS`` keys it by op; it moves to ``OpDef`` when one does.
 """
 
 from __future__ import annotations
@@ -36,16 +42,40 @@ def _contraction(body: Graph) -> Node:
     return head
 
 
+#: contraction op -> (port of its additive bias, output axis the bias runs along; None: it broadcasts as is)
+_BIAS: dict[tuple[str, str], tuple[int, int | None]] = {("", "Conv"): (2, 1), ("", "Gemm"): (2, None)}
+
+
+def _movable_bias(body: Graph, head: Node) -> Value | None:
+    """The contraction's bias when it can move into the elementwise part (used by the contraction alone)."""
+    spec = _BIAS.get((head.domain, head.op))
+    inputs = body.inputs_of(head)
+    if spec is None or len(inputs) <= spec[0] or inputs[spec[0]] is None:
+        return None
+    bias = inputs[spec[0]]
+    t = body.type_of(bias)
+    if t is None or t.shape is None or body.is_output(bias) or any(u.id != head.id for u, _ in body.users(bias)):
+        return None
+    if spec[1] is not None and len(t.shape) != 1:
+        return None
+    if float(head.attrs.get("beta", 1.0)) == 0.0:  # Gemm ignores C then (0 * inf would be NaN)
+        return None
+    return bias
+
+
 def epilogue_inputs(body: Graph) -> tuple[list[int], list[int]]:
     """Positions (in ``body.inputs``) of the inputs of each part of ``split_epilogue(body)``.
 
     The second list is for the elementwise body's inputs 1.. (its input 0 is the contraction result).
     """
     head = _contraction(body)
+    bias = _movable_bias(body, head)
     index = {n.id: i for i, n in enumerate(body.inputs)}
-    used_by_head = {v.node for v in body.inputs_of(head) if v is not None}
+    used_by_head = {v.node for v in body.inputs_of(head) if v is not None and v != bias}
     used_by_rest = {v.node for n in body.ops() if n.id != head.id for v in body.inputs_of(n) if v is not None}
     used_by_rest |= {v.node for v, _ in body.outputs}
+    if bias is not None:
+        used_by_rest.add(bias.node)
     return (
         [i for nid, i in sorted(index.items(), key=lambda kv: kv[1]) if nid in used_by_head],
         [i for nid, i in sorted(index.items(), key=lambda kv: kv[1]) if nid in used_by_rest],
@@ -55,22 +85,30 @@ def epilogue_inputs(body: Graph) -> tuple[list[int], list[int]]:
 def split_epilogue(body: Graph) -> tuple[Graph, Graph]:
     """(contraction_body, elementwise_body): ``body`` cut after its contraction (see the module docstring)."""
     head = _contraction(body)
+    bias = _movable_bias(body, head)
     head_inputs, rest_inputs = epilogue_inputs(body)
     contraction = Graph("contraction")
     mapping: dict[Value, Value] = {}
     for i in head_inputs:
         _copy_input(body, body.inputs[i], contraction, mapping)
-    for v in body.inputs_of(head):
+    head_args = body.inputs_of(head)
+    if bias is not None:
+        head_args = head_args[: _BIAS[(head.domain, head.op)][0]]
+    for v in head_args:
         if v is not None and v not in mapping:  # a constant operand (e.g. a folded weight)
             _copy_node(body, body.node(v.node), contraction, mapping)
-    result = _copy_node(body, head, contraction, mapping)
+    result = _copy_node(body, head, contraction, mapping, head_args)
     contraction.output(result[0], "contraction")
 
     elementwise = Graph("epilogue")
     rest: dict[Value, Value] = {}
-    rest[head.output(0)] = elementwise.input("contraction", *_type_parts(body.type_of(head.output(0))))
+    acc = elementwise.input("contraction", *_type_parts(body.type_of(head.output(0))))
     for i in rest_inputs:
-        _copy_input(body, body.inputs[i], elementwise, rest)
+        moved = body.inputs[i].output(0) == bias
+        _copy_input(body, body.inputs[i], elementwise, rest, _bias_shape(body, head) if moved else None)
+    if bias is not None:
+        acc = _add_bias(body, head, bias, elementwise, rest, acc)
+    rest[head.output(0)] = acc
     for node in body.nodes():
         if node.id == head.id or node.op == "Input" or not _used_beyond(body, node, head):
             continue
@@ -91,16 +129,43 @@ def _type_parts(t: TensorType | None) -> tuple[str, tuple | None]:
     return t.dtype, t.shape
 
 
-def _copy_input(src: Graph, node: Node, dst: Graph, mapping: dict[Value, Value]) -> None:
+def _bias_shape(body: Graph, head: Node) -> tuple | None:
+    """The shape the moved bias has in the elementwise body (None: its own)."""
+    axis = _BIAS[(head.domain, head.op)][1]
+    out = body.type_of(head.output(0))
+    bias = body.type_of(body.inputs_of(head)[_BIAS[(head.domain, head.op)][0]])
+    if axis is None or out is None or out.shape is None:
+        return None
+    return tuple(bias.shape) + (1,) * (len(out.shape) - axis - 1)
+
+
+def _add_bias(body: Graph, head: Node, bias: Value, dst: Graph, mapping: dict[Value, Value], acc: Value) -> Value:
+    """``acc + beta * bias`` in the elementwise body (beta: Gemm's)."""
+    value = body.const_value(bias)
+    if value is not None:  # a constant bias: reshaped here, once
+        shape = _bias_shape(body, head)
+        moved = dst.constant(np.asarray(value).reshape(shape) if shape is not None else value)
+    else:
+        moved = mapping[bias]
+    beta = float(head.attrs.get("beta", 1.0)) if head.op == "Gemm" else 1.0
+    if beta != 1.0:
+        moved = dst.add_node("Mul", [moved, dst.constant(np.asarray(beta, dtype=body.type_of(bias).dtype))])
+    return dst.add_node("Add", [acc, moved])
+
+
+def _copy_input(src: Graph, node: Node, dst: Graph, mapping: dict[Value, Value], shape: tuple | None = None) -> None:
     name = node.name if not dst.has_value(node.name) else dst.fresh_name("input")
-    mapping[node.output(0)] = dst.input(name, *_type_parts(node.output_types[0]))
+    dtype, own = _type_parts(node.output_types[0])
+    mapping[node.output(0)] = dst.input(name, dtype, own if shape is None else shape)
 
 
-def _copy_node(src: Graph, node: Node, dst: Graph, mapping: dict[Value, Value]) -> list[Value]:
+def _copy_node(
+    src: Graph, node: Node, dst: Graph, mapping: dict[Value, Value], inputs_of: list | None = None
+) -> list[Value]:
     if node.op == "Constant" and node.domain == "":
         mapping[node.output(0)] = dst.constant(node.attrs["value"])
         return [mapping[node.output(0)]]
-    inputs = [None if v is None else mapping[v] for v in src.inputs_of(node)]
+    inputs = [None if v is None else mapping[v] for v in (src.inputs_of(node) if inputs_of is None else inputs_of)]
     out = dst.add_node(node.op, inputs, domain=node.domain, num_outputs=node.num_outputs, **node.attrs)
     outs = [out] if isinstance(out, Value) else list(out)
     for port, v in enumerate(outs):
@@ -127,11 +192,15 @@ class EpilogueKernel(Kernel):
         self._head = _contraction(typed)
         _, self._rest_inputs = epilogue_inputs(typed)
         position = {n.id: i for i, n in enumerate(typed.inputs)}
+        contraction, rest = split_epilogue(typed)
         # per contraction input port: a body input position, a constant array, or None (absent)
         self._head_args: list[int | np.ndarray | None] = [
-            None if v is None else position.get(v.node, typed.const_value(v)) for v in typed.inputs_of(self._head)
+            None if v is None else position.get(v.node, typed.const_value(v))
+            for v in typed.inputs_of(self._head)[: len(contraction.inputs_of(contraction.ops()[0]))]
         ]
-        contraction, rest = split_epilogue(typed)
+        # trailing 1-dims a moved bias gets (see the module docstring)
+        self._expand = [len(n.output_types[0].shape) - len(typed.inputs[i].output_types[0].shape)
+                        for i, n in zip(self._rest_inputs, rest.inputs[1:], strict=True)]
         self._opdef = opdef_of(self._head)
         rest_types = [n.output_types[0] for n in rest.inputs]
         super().__init__(build_plan(typed_body(rest, rest_types), "elementwise"), options, cache, target)
@@ -141,4 +210,9 @@ class EpilogueKernel(Kernel):
     def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         head_args = [inputs[a] if isinstance(a, int) else a for a in self._head_args]
         product = self._opdef.run_reference(head_args, self._head.attrs)[0]
-        super().__call__([np.asarray(product)] + [inputs[i] for i in self._rest_inputs], outputs)
+        rest = [_expanded(np.asarray(inputs[i]), e) for i, e in zip(self._rest_inputs, self._expand, strict=True)]
+        super().__call__([np.asarray(product)] + rest, outputs)
+
+
+def _expanded(a: np.ndarray, extra: int) -> np.ndarray:
+    return a.reshape(a.shape + (1,) * extra) if extra else a

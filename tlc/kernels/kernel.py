@@ -25,7 +25,7 @@ from ..ir.types import TensorType
 from .cache import KernelCache, default_cache
 from .cpu import Variant, render_module
 from .layout import Layout, concrete_layout, make_layout
-from .plan import KernelPlan, build_plan, typed_body
+from .plan import KernelPlan, ScalarOp, build_plan, typed_body
 
 PARALLEL_MIN_ELEMENTS = 1 << 16  # below this, thread start-up costs more than it saves
 
@@ -40,7 +40,16 @@ class KernelOptions:
 class Kernel:
     """A compiled fused group: ``kernel(inputs, outputs)`` writes every output in place."""
 
-    def __init__(self, plan: KernelPlan, options: KernelOptions, cache: KernelCache, target: str = "cpu"):
+    def __init__(
+        self,
+        plan: KernelPlan,
+        options: KernelOptions,
+        cache: KernelCache,
+        target: str = "cpu",
+        alias: tuple[int, ...] | None = None,
+    ):
+        """Compile the variant the caller will run first: in place per ``alias`` (output m written into input
+        ``alias[m]``, -1: its own array), the parallel function when the body's static shape is large enough."""
         self.plan = plan
         self.kind = plan.kind
         self.target = target
@@ -55,8 +64,11 @@ class Kernel:
         self._output_dtypes = [np.dtype(o.dtype) for o in plan.outputs]
         full = plan.full_shape
         self.layout = make_layout(full, [op.shape for op in plan.operands], row=plan.kind == "reduction")
+        static = all(isinstance(d, int) for d in full)
+        self._parallel_first = static and self._parallel_wanted(math.prod(full))
+        first = tuple(alias) if alias is not None and plan.kind == "elementwise" else (-1,) * len(plan.outputs)
         start = time.perf_counter()
-        module, self.cache_hit = self._compile(Variant(self.layout, options.fast_math, (-1,) * len(plan.outputs)))
+        module, self.cache_hit = self._compile(Variant(self.layout, options.fast_math, first))
         self.compile_seconds = time.perf_counter() - start
         self.source: str = module.__tlc_source__
         self.name = f"{self.kind}_{module.__tlc_key__[:12]}"
@@ -94,13 +106,14 @@ class Kernel:
         return render_module(self.plan, variant)
 
     def _build(self, module, variant: Variant) -> bool:
-        """Compile the serial function now (the parallel one on first use); True when Numba's cache had it."""
-        fn = module.kernel_serial
+        """Compile the function the static size picks (the other one on first use); True when Numba's cache
+        had it."""
+        fn = module.kernel_parallel if self._parallel_first else module.kernel_serial
         fn.compile(self._signature(variant))
         return bool(sum(fn.stats.cache_hits.values()))
 
     def _launch(self, module, dims: np.ndarray, total: int, flat_in: list, flat_out: list) -> None:
-        if self.options.parallel and total >= PARALLEL_MIN_ELEMENTS and numba.get_num_threads() > 1:
+        if self._parallel_wanted(total) and numba.get_num_threads() > 1:
             self._run_parallel(module.kernel_parallel, (dims, *flat_in, *flat_out))
         else:
             module.kernel_serial(dims, *flat_in, *flat_out)
@@ -127,7 +140,7 @@ class Kernel:
         arrays += self._constant_arrays
         shapes = self._shapes.get(tuple(a.shape for a in arrays))
         if shapes is None or len(inputs) != self._num_inputs or len(outputs) != len(self.plan.outputs):
-            shapes = self._prepare(inputs, arrays, outputs)
+            shapes = self._prepare(len(inputs), [a.shape for a in arrays], len(outputs))
         layout, dims, total, allowed = shapes
         for i, (a, dtype) in enumerate(zip(arrays, self._operand_dtypes, strict=True)):
             if a.dtype != dtype:
@@ -147,21 +160,20 @@ class Kernel:
         flat_out = [o.reshape(-1) for m, o in enumerate(outputs) if alias[m] < 0]
         self._launch(module, dims, total, flat_in, flat_out)
 
-    def _prepare(self, inputs, arrays: list[np.ndarray], outputs) -> tuple:
+    def _prepare(self, num_inputs: int, in_shapes: list[tuple[int, ...]], num_outputs: int) -> tuple:
         """Layout, collapsed sizes and the accepted output shapes for these input shapes (memoized)."""
         plan = self.plan
-        if len(inputs) != self._num_inputs or len(outputs) != len(plan.outputs):
+        if num_inputs != self._num_inputs or num_outputs != len(plan.outputs):
             raise ShapeMismatchError(
                 f"kernel {self.name} takes {self._num_inputs} inputs and {len(plan.outputs)} outputs, "
-                f"got {len(inputs)} and {len(outputs)}"
+                f"got {num_inputs} and {num_outputs}"
             )
         try:
-            full = np.broadcast_shapes(*[a.shape for a in arrays])
+            full = np.broadcast_shapes(*in_shapes)
         except ValueError as exc:
             raise ShapeMismatchError(f"kernel {self.name}: input shapes do not broadcast: {exc}") from None
         full = (1,) * (len(plan.full_shape) - len(full)) + full
         allowed = (full, full[:-1] + (1,)) if self.plan.kind == "reduction" and full else (full,)
-        in_shapes = [a.shape for a in arrays]
         layout = self.layout
         dims = layout.dims(full, in_shapes)
         if dims is None:  # the arrays do not fit the compiled pattern (a symbolic dim is 1): another variant
@@ -171,6 +183,33 @@ class Kernel:
         if len(self._shapes) < 64:
             self._shapes[tuple(in_shapes)] = entry
         return entry
+
+    def launcher(
+        self, input_shapes: Sequence[tuple[int, ...]], output_shapes: Sequence[tuple[int, ...]], serial: bool = False
+    ) -> Launcher:
+        """A caller bound to these shapes: everything ``__call__`` checks per call is checked here, once.
+
+        For callers that own their buffers (the runtime): see ``Launcher`` for what they must guarantee.
+        ``serial``: never the parallel function (the caller runs this on one of its own threads).
+        """
+        in_shapes = [tuple(s) for s in input_shapes] + [a.shape for a in self._constant_arrays]
+        layout, dims, total, allowed = self._prepare(len(input_shapes), in_shapes, len(output_shapes))
+        for m, shape in enumerate(output_shapes):
+            if tuple(shape) not in allowed:
+                raise ShapeMismatchError(
+                    f"kernel {self.name}: output {m} has shape {tuple(shape)}, expected "
+                    f"{' or '.join(map(str, allowed))}"
+                )
+        in_place = [
+            k
+            for k, s in enumerate(in_shapes[: self._num_inputs])
+            if self.plan.kind == "elementwise" and all(layout.flags[k]) and any(s == tuple(o) for o in output_shapes)
+        ]
+        return Launcher(self, layout, dims, not serial and self._parallel_wanted(total), in_place)
+
+    def _parallel_wanted(self, total: int) -> bool:
+        threads = self.options.num_threads or numba.config.NUMBA_NUM_THREADS
+        return self.options.parallel and threads > 1 and total >= parallel_threshold(self.plan)
 
     def _run_parallel(self, fn, args) -> None:
         wanted = self.options.num_threads
@@ -211,6 +250,63 @@ class Kernel:
         return tuple(alias), arrays
 
 
+class Launcher:
+    """A ``Kernel`` bound to fixed shapes: ``launcher(inputs, outputs)`` with no per-call checks but aliasing.
+
+    The caller guarantees what ``Kernel.__call__`` would check: C-contiguous arrays of the bound shapes and
+    dtypes, outputs that are writeable, and outputs that either are an input (the same array object: computed
+    in place) or share no memory with any input. Numba's thread count is the caller's (the runtime sets it per
+    run); the parallel function runs when the work is large enough (``parallel_threshold``).
+    """
+
+    __slots__ = ("kernel", "layout", "dims", "parallel", "in_place", "constants", "_modules")
+
+    def __init__(self, kernel: Kernel, layout: Layout, dims: np.ndarray, parallel: bool, in_place: list[int]):
+        self.kernel = kernel
+        self.layout = layout
+        self.dims = dims
+        self.parallel = parallel
+        self.in_place = in_place  # inputs that may be passed as an output too
+        self.constants = [a.reshape(-1) for a in kernel._constant_arrays]
+        self._modules: dict[tuple[int, ...], object] = {}
+
+    def _function(self, alias: tuple[int, ...]):
+        module = self._modules.get(alias)
+        if module is None:
+            module = self._modules[alias] = self.kernel._module(
+                Variant(self.layout, self.kernel.options.fast_math, alias)
+            )
+        return module.kernel_parallel if self.parallel else module.kernel_serial
+
+    def __call__(
+        self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], alias: tuple[int, ...] | None = None
+    ) -> None:
+        """Run; ``alias`` (output m computed into input ``alias[m]``) when the caller knows it, else an output
+        that is the very object of an input is taken to be computed in place."""
+        if alias is None:
+            alias = tuple(next((k for k in self.in_place if inputs[k] is o), -1) for o in outputs)
+        fn = self._function(alias)
+        args = [a.reshape(-1) for a in inputs]
+        args += self.constants
+        args += [o.reshape(-1) for m, o in enumerate(outputs) if alias[m] < 0]
+        fn(self.dims, *args)
+
+
+#: scalar primitives that cost many simple ones (polynomials, divisions): they make an element expensive
+COSTLY_PRIMITIVES = frozenset({"exp", "log", "tanh", "erf", "pow", "sin", "cos", "sqrt", "div"})
+
+
+def parallel_threshold(plan: KernelPlan) -> int:
+    """Elements from which the parallel function beats the serial one: fewer for costlier elements."""
+    costly = sum(_costly(step.expr) for step in plan.steps if isinstance(step, ScalarOp))
+    return max(PARALLEL_MIN_ELEMENTS // (1 + 4 * costly), PARALLEL_MIN_ELEMENTS // 16)
+
+
+def _costly(e) -> int:
+    """How many costly primitives a scalar expression calls."""
+    return (e.fn in COSTLY_PRIMITIVES) + sum(_costly(a) for a in e.args)
+
+
 def compile_group(
     body: Graph,
     kind: str,
@@ -219,8 +315,12 @@ def compile_group(
     target: str = "cpu",
     options: KernelOptions | None = None,
     cache: KernelCache | None = None,
+    alias: tuple[int, ...] | None = None,
 ) -> Kernel:
-    """Compile a ``tlc.Fused`` group's body for ``input_types`` (CompileError with a reason if it cannot)."""
+    """Compile a ``tlc.Fused`` group's body for ``input_types`` (CompileError with a reason if it cannot).
+
+    ``alias`` (elementwise groups): the in-place pattern the caller will run first (see ``Kernel``), so that is
+    the variant compiled now."""
     options = options or KernelOptions()
     if target not in ("cpu", "cuda"):
         raise CompileError(f"target {target!r} is not supported by compile_group (supported: 'cpu', 'cuda')")
@@ -238,4 +338,4 @@ def compile_group(
 
         return EpilogueKernel(body, list(input_types), options, cache)
     typed = typed_body(body, list(input_types))
-    return Kernel(build_plan(typed, kind), options, cache, target)
+    return Kernel(build_plan(typed, kind), options, cache, target, alias=alias)

@@ -142,6 +142,40 @@ def _gemm1x1(x, w, out, geo: ConvGeometry, work) -> None:
               out=out.reshape(geo.n, geo.m, geo.ho * geo.wo))
 
 
+# ---------------------------------------------------------------------------- parts (for a caller's threads)
+def splittable(geo: ConvGeometry, algorithm: str) -> bool:
+    """Whether ``prepare_part``/``gemm_part`` can compute this conv in parts: one image, one group, GEMM-based."""
+    return algorithm in ("gemm1x1", "im2col") and geo.n == 1 and geo.group == 1
+
+
+def needs_prepare(geo: ConvGeometry, algorithm: str) -> bool:
+    """Whether the parts need scratch filled first (im2col columns, a strided 1x1 input)."""
+    return algorithm == "im2col" or (geo.sh, geo.sw) != (1, 1)
+
+
+def prepare_part(algorithm: str, x: np.ndarray, geo: ConvGeometry, work: list[np.ndarray], c0: int, c1: int) -> None:
+    """Fill the scratch rows of input channels [c0, c1) (every ``prepare_part`` before any ``gemm_part``)."""
+    if algorithm == "gemm1x1":
+        np.copyto(work[0][:, c0:c1], x[:, c0:c1, ::geo.sh, ::geo.sw][:, :, :geo.ho, :geo.wo])
+        return
+    image = x[0, c0:c1]
+    xp = pad_into(work[0][c0:c1], image, geo.pt, geo.pl) if geo.needs_padding else image
+    cols = work[-1].reshape(geo.c, geo.kh, geo.kw, geo.ho, geo.wo)
+    np.copyto(cols[c0:c1], _windows(xp, geo))
+
+
+def gemm_part(algorithm: str, x: np.ndarray, w: np.ndarray, out: np.ndarray, geo: ConvGeometry,
+              work: list[np.ndarray], m0: int, m1: int) -> None:
+    """Output channels [m0, m1) of the conv (no bias) from the prepared scratch."""
+    if algorithm == "gemm1x1":
+        src = work[0] if (geo.sh, geo.sw) != (1, 1) else x
+        cols = src.reshape(geo.c, geo.ho * geo.wo)
+    else:
+        cols = work[-1]
+    w2 = w.reshape(geo.m, -1)
+    np.matmul(w2[m0:m1], cols, out=out.reshape(geo.m, geo.ho * geo.wo)[m0:m1])
+
+
 def pad_into(buf: np.ndarray, image: np.ndarray, top: int, left: int, fill: float = 0.0) -> np.ndarray:
     """Copy ``image`` (last two axes H, W) into ``buf`` at (top, left) and fill the border around it.
 

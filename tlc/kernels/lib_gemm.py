@@ -18,6 +18,11 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, out: np.ndarray, *,
          beta: float = 1.0, trans_a: int = 0, trans_b: int = 0) -> np.ndarray:
     """ONNX Gemm: ``out = alpha * A' @ B' + beta * C`` with C broadcast to the output (unidirectionally)."""
     np.matmul(a.T if trans_a else a, b.T if trans_b else b, out=out)
+    return scale_add(out, c, alpha, beta)
+
+
+def scale_add(out: np.ndarray, c: np.ndarray | None, alpha: float, beta: float) -> np.ndarray:
+    """``out = alpha * out + beta * C`` in place (Gemm's tail; C broadcast to ``out``)."""
     if alpha != 1.0:
         np.multiply(out, out.dtype.type(alpha), out=out)
     if c is not None and beta != 0.0:

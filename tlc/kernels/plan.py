@@ -68,6 +68,11 @@ class KernelPlan:
     row_length: set[str] = field(default_factory=set)  # dtypes of the row-length variable
     dtypes: dict[str, str] = field(default_factory=dict)  # variable -> dtype
 
+    def fingerprint(self) -> str:
+        """The plan's structure as text (what a renderer draws from; hoisted constants' values left out)."""
+        return repr((self.kind, self.operands, self.outputs, self.full_shape, self.loads, self.steps, self.stores,
+                     sorted(self.constants), sorted(self.row_length), sorted(self.dtypes.items())))
+
     def uses(self) -> set[str]:
         """Variables some store or step reads."""
         used = {var for _, var in self.stores}

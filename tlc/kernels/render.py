@@ -4,9 +4,10 @@ Typing follows the expression contract: arithmetic happens in the dtype of its f
 node's output dtype when every operand is a constant), other operands and constants are converted to it,
 comparisons give bool. Every primitive result is assigned to its own variable (``t3_0``, ``t3_1`` ...),
 wrapped in its numpy scalar type so that Numba's integer widening and float64 literals never change the
-arithmetic. Constant integer powers become multiplications. Functions (transcendentals, NaN-propagating
-max/min, C integer division ...) come from the target's ``Library``: ``tlc.kernels.mathlib`` on the CPU,
-libdevice and ``tlc.kernels.cudalib`` on CUDA.
+arithmetic. Constant integer powers become multiplications; 1 / (1 + exp(-x)) becomes a sigmoid and 1 + tanh(y)
+becomes 2 * sigmoid(2y) (the tanh form of GELU: one exp and one division instead of tanh's three parts).
+Functions (transcendentals, NaN-propagating max/min, C integer division ...) come from the target's
+``Library``: ``tlc.kernels.mathlib`` on the CPU, libdevice and ``tlc.kernels.cudalib`` on CUDA.
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ class ExprRenderer:
         if e.fn == "const":
             return Typed(None, None, e.value)
         peephole = self._sigmoid(e, args, out_dtype)
+        if peephole is None:
+            peephole = self._one_plus_tanh(e, args, out_dtype)
         if peephole is not None:
             return peephole
         ops = [self._emit(a, args, out_dtype) for a in e.args]
@@ -184,6 +187,23 @@ class ExprRenderer:
         if x.dtype not in SUFFIX:
             return None
         return Typed(self._temp(M.call(self.lib.function("sigmoid", x.dtype), x.node)), x.dtype)
+
+
+    def _one_plus_tanh(self, e: E.Expr, args: list[Typed | None], out_dtype: str) -> Typed | None:
+        """1 + tanh(y) -> 2 * sigmoid(2y): the same number (2y and the doubling are exact), one exp and one
+        division instead of tanh's polynomial, exp and division, and accurate where 1 + tanh(y) cancels (y << 0).
+        The tanh form of GELU is written this way."""
+        if e.fn != "add" or len(e.args) != 2:
+            return None
+        one, other = (e.args[0], e.args[1]) if _is_const(e.args[0], 1) else (e.args[1], e.args[0])
+        if not _is_const(one, 1) or other.fn != "tanh":
+            return None
+        y = self._emit(other.args[0], args, out_dtype)
+        if y.dtype not in SUFFIX:
+            return None
+        doubled = self._typed(y.dtype, M.binop(y.node, "+", y.node))
+        s = self._temp(M.call(self.lib.function("sigmoid", y.dtype), doubled.node))
+        return self._typed(y.dtype, M.binop(s, "+", s))
 
 
 def _is_const(e: E.Expr, value: float) -> bool:

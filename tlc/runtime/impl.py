@@ -31,6 +31,7 @@ class Bound(NamedTuple):
     fn: StepFn
     workspace: list[tuple[tuple[int, ...], np.dtype]] = []
     note: str = ""
+    alias: tuple[int, ...] | None = None   # a kernel's outputs written into its inputs, where the step decides
 
 
 class NotNative(Exception):
@@ -61,6 +62,11 @@ class Impl:
     def bind(self, in_types: list[TensorType | None], out_types: list[TensorType | None]) -> Bound:
         raise NotImplementedError
 
+    def accepts_strided(self, port: int) -> bool:
+        """Whether input ``port`` may be any strided view (e.g. a transpose) at no extra cost: the producer of
+        such an input may then hand over a view instead of copying (``lower.transposes_as_views``)."""
+        return False
+
 
 class ReferenceImpl(Impl):
     """The op's numpy reference implementation from the registry, through the reference interpreter."""
@@ -87,6 +93,22 @@ class ViewImpl(Impl):
     def bind(self, in_types, out_types) -> Bound:
         (shape,) = static_shapes(out_types[:1], "output")
         return Bound(lambda ins, outs, work: [ins[0].reshape(shape)])
+
+
+class TransposeViewImpl(Impl):
+    """Transpose as a strided view of its input, for consumers that read any strides (BLAS through np.matmul
+    takes a transposed matrix as it is): no copy."""
+
+    mode = "view"
+    writes_outputs = False
+    reason = "strided view (every consumer reads strides)"
+
+    def __init__(self, perm: tuple[int, ...] | None):
+        self.perm = perm
+
+    def bind(self, in_types, out_types) -> Bound:
+        perm = self.perm
+        return Bound(lambda ins, outs, work: [np.transpose(ins[0], perm)])
 
 
 #: scalar-expression primitives that are one numpy ufunc (``tlc.ops.expr`` names)

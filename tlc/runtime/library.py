@@ -9,6 +9,7 @@ Ops not listed here (and not single-ufunc elementwise ops, see ``impl.ufunc_impl
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,8 @@ from ..kernels import lib_conv, lib_gemm, lib_pool
 from .impl import Bound, Impl, NotNative, ViewImpl, static_shapes
 from .library_nhwc import NHWC_LIBRARY
 from .options import CompileOptions
+from .parts import PARTS_MIN_MACS, PartsBound, matmul_parts, output_split, part_of, parts_note, slab
+from .workers import split_rows, workers
 
 
 def _spatial(attrs: dict[str, Any], key: str, rank: int, default: int) -> tuple[int, ...]:
@@ -48,33 +51,85 @@ def resolve_pads(attrs: dict[str, Any], in_hw: tuple[int, ...], out_hw: tuple[in
 class MatMulImpl(Impl):
     reason = "BLAS matmul"
 
+    def __init__(self, threads: int = 1):
+        self.threads = threads   # > 1: large products run in parts on the runtime's workers
+
+    def accepts_strided(self, port: int) -> bool:
+        return True   # np.matmul hands BLAS a transposed or row-strided matrix as it is
+
+    def bind_parts(self, in_types, out_types) -> PartsBound | None:
+        a, b = static_shapes(in_types[:2], "input")
+        (y,) = static_shapes(out_types, "output")
+        return matmul_parts(a, b, y, self.threads)
+
     def bind(self, in_types, out_types) -> Bound:
-        static_shapes(out_types, "output")
+        parts = self.bind_parts(in_types, out_types)
+        if parts is not None:
+            return run_in_parts(parts, self.threads)
         return Bound(lambda ins, outs, work: [lib_gemm.matmul(ins[0], ins[1], outs[0])])
 
 
 class GemmImpl(Impl):
     reason = "BLAS gemm"
 
-    def __init__(self, attrs: dict[str, Any]):
+    def accepts_strided(self, port: int) -> bool:
+        return True
+
+    def __init__(self, attrs: dict[str, Any], threads: int = 1):
         self.kw = {"alpha": float(attrs.get("alpha", 1.0)), "beta": float(attrs.get("beta", 1.0)),
                    "trans_a": int(attrs.get("transA", 0)), "trans_b": int(attrs.get("transB", 0))}
+        self.threads = threads
+
+    def bind_parts(self, in_types, out_types) -> PartsBound | None:
+        a, b, *c = static_shapes(in_types, "input")
+        (y,) = static_shapes(out_types, "output")
+        kw = self.kw
+        a, b = (a[::-1] if kw["trans_a"] else a), (b[::-1] if kw["trans_b"] else b)
+        c_shape = c[0] if c and kw["beta"] != 0.0 else None
+
+        def views(ins):
+            return (ins[0].T if kw["trans_a"] else ins[0]), (ins[1].T if kw["trans_b"] else ins[1])
+
+        def finish(ins, out, k):
+            c_part = part_of(ins[2], c_slabs[k]) if c_shape is not None else None
+            lib_gemm.scale_add(out, c_part, kw["alpha"], kw["beta"])
+
+        parts = matmul_parts(a, b, y, self.threads, views, finish)
+        c_slabs = [slab(c_shape, 2, parts.split, k) for k in range(len(parts.split.bounds))] if parts else []
+        return parts
 
     def bind(self, in_types, out_types) -> Bound:
-        static_shapes(out_types, "output")
+        parts = self.bind_parts(in_types, out_types)
+        if parts is not None:
+            return run_in_parts(parts, self.threads)
         kw = self.kw
         return Bound(lambda ins, outs, work: [
             lib_gemm.gemm(ins[0], ins[1], ins[2] if len(ins) > 2 else None, outs[0], **kw)])
 
 
+def run_in_parts(parts: PartsBound, threads: int) -> Bound:
+    """A step that runs its ``prepare`` parts, then its ``parts``, on the runtime's workers."""
+    pool = workers(threads)
+    prepare, fns = parts.prepare, parts.parts
+
+    def fn(ins, outs, work):
+        if prepare:
+            pool.run([functools.partial(f, ins, outs, work) for f in prepare])
+        pool.run([functools.partial(f, ins, outs, work) for f in fns])
+        return outs
+
+    return Bound(fn, parts.workspace, parts_note(parts))
+
+
 class ConvImpl(Impl):
-    def __init__(self, attrs: dict[str, Any], allow_numba: bool, eager: bool):
+    def __init__(self, attrs: dict[str, Any], allow_numba: bool, eager: bool, threads: int = 1):
         self.attrs = attrs
         self.allow_numba = allow_numba
         self.eager = eager
+        self.threads = threads
         self.reason = "conv: im2col/BLAS, GEMM, or direct Numba, chosen per shape"
 
-    def bind(self, in_types, out_types) -> Bound:
+    def _geometry(self, in_types, out_types) -> tuple[lib_conv.ConvGeometry, str]:
         x, w, *_ = static_shapes(in_types, "input")
         (y,) = static_shapes(out_types, "output")
         if len(x) != 4:
@@ -83,7 +138,38 @@ class ConvImpl(Impl):
         dilations = _spatial(self.attrs, "dilations", 2, 1)
         begin, _ = resolve_pads(self.attrs, x[2:], y[2:], w[2:], strides, dilations)
         geo = lib_conv.geometry(x, w, y, strides, begin, dilations, int(self.attrs.get("group", 1)))
-        algo = lib_conv.choose_algorithm(geo, self.allow_numba)
+        return geo, lib_conv.choose_algorithm(geo, self.allow_numba)
+
+    def bind_parts(self, in_types, out_types) -> PartsBound | None:
+        """Output channels in slabs (after the im2col columns are filled, by input channels, in parts too)."""
+        geo, algo = self._geometry(in_types, out_types)
+        macs = geo.m * geo.c * geo.kh * geo.kw * geo.ho * geo.wo
+        split = output_split((geo.n, geo.m, geo.ho, geo.wo), self.threads) if macs >= PARTS_MIN_MACS else None
+        if split is None or split.axis != 1 or not lib_conv.splittable(geo, algo):
+            return None
+        dtype = np_dtype(in_types[0].dtype)
+        has_bias = len(in_types) > 2 and in_types[2] is not None
+
+        def gemm(m0, m1):
+            def part(ins, outs, work):
+                lib_conv.gemm_part(algo, ins[0], ins[1], outs[0], geo, work, m0, m1)
+                if has_bias:
+                    np.add(outs[0][:, m0:m1], ins[2][m0:m1].reshape(1, -1, 1, 1), out=outs[0][:, m0:m1])
+            return part
+
+        def prepare(c0, c1):
+            return lambda ins, outs, work: lib_conv.prepare_part(algo, ins[0], geo, work, c0, c1)
+
+        prep = [prepare(c0, c1) for c0, c1 in split_rows(geo.c, len(split.bounds))]
+        return PartsBound(split, [gemm(m0, m1) for m0, m1 in split.bounds],
+                          prep if lib_conv.needs_prepare(geo, algo) else None,
+                          [(s, dtype) for s in lib_conv.workspace(geo, algo)], algo)
+
+    def bind(self, in_types, out_types) -> Bound:
+        parts = self.bind_parts(in_types, out_types) if self.threads > 1 else None
+        if parts is not None:
+            return run_in_parts(parts, self.threads)
+        geo, algo = self._geometry(in_types, out_types)
         dtype = np_dtype(in_types[0].dtype)
         if algo == "direct" and self.eager:
             _warm_direct(dtype)
@@ -218,15 +304,24 @@ class TransposeImpl(Impl):
     def __init__(self, attrs: dict[str, Any]):
         self.perm = attrs.get("perm")
 
+    @property
+    def perm_tuple(self) -> tuple[int, ...] | None:
+        return tuple(int(p) for p in self.perm) if self.perm else None
+
     def bind(self, in_types, out_types) -> Bound:
         static_shapes(out_types, "output")
-        perm = tuple(self.perm) if self.perm else None
+        perm = self.perm_tuple
 
         def fn(ins, outs, work):
             np.copyto(outs[0], np.transpose(ins[0], perm))
             return outs
 
         return Bound(fn)
+
+
+def _part_threads(options: CompileOptions) -> int:
+    """Parts a large contraction runs in: the plan's threads when tlc runs them (``own_threads``), else 1."""
+    return options.threads if options.own_threads else 1
 
 
 def _single_output(make: Callable[..., Impl]) -> Callable[..., Impl]:
@@ -245,15 +340,16 @@ def _batchnorm(attrs, options):
 
 
 def _conv(attrs, options: CompileOptions):
-    return ConvImpl(attrs, allow_numba=options.jit != "off", eager=options.jit == "eager")
+    return ConvImpl(attrs, allow_numba=options.jit != "off", eager=options.jit == "eager",
+                    threads=_part_threads(options))
 
 
 _view = _single_output(lambda attrs, options: ViewImpl())
 
 #: op name (default domain) -> factory(attrs, num_outputs, options) -> Impl
 LIBRARY: dict[str, Callable[[dict[str, Any], int, CompileOptions], Impl]] = {
-    "MatMul": _single_output(lambda attrs, options: MatMulImpl()),
-    "Gemm": _single_output(lambda attrs, options: GemmImpl(attrs)),
+    "MatMul": _single_output(lambda attrs, options: MatMulImpl(_part_threads(options))),
+    "Gemm": _single_output(lambda attrs, options: GemmImpl(attrs, _part_threads(options))),
     "Conv": _single_output(_conv),
     "MaxPool": _single_output(lambda attrs, options: PoolImpl(attrs, "max")),
     "AveragePool": _single_output(lambda attrs, options: PoolImpl(attrs, "avg")),

@@ -36,6 +36,8 @@ class CompileOptions:
     hot_threshold: int = 5
     cache_dir: str | None = None
     max_specializations: int = 8     # input-shape signatures whose plans are kept (LRU)
+    own_threads: bool = True         # large GEMMs/convs (and their epilogues) run in parts on tlc's workers, BLAS
+    #                                  single-threaded; False: BLAS's own threads (see runtime.workers for why)
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:

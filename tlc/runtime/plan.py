@@ -27,19 +27,20 @@ from .impl import Impl, NotNative
 from .lower import Program, lower
 from .memory import MemoryPlan, StepSpec, plan_memory
 from .options import CompileOptions
-from .profiler import Profile
+from .profiler import Profile, set_part_sink
 from .stats import PlanStats, build_stats
 
 
 class BoundStep:
-    __slots__ = ("fn", "inputs", "outputs", "fresh", "release", "impl", "note")
+    __slots__ = ("fn", "inputs", "outputs", "fresh", "release", "impl", "note", "alias")
 
-    def __init__(self, fn, inputs, outputs, impl: Impl, note: str):
+    def __init__(self, fn, inputs, outputs, impl: Impl, note: str, alias: tuple[int, ...] | None = None):
         self.fn = fn
         self.inputs = inputs
         self.outputs = outputs
         self.impl = impl
         self.note = note
+        self.alias = alias
         self.fresh: list[tuple[int, tuple[int, ...], np.dtype]] = []
         self.release: list[int] = []
 
@@ -58,6 +59,8 @@ class Arena:
         buffers = [np.empty(n, np.uint8) for n in memory.slot_bytes]
         views = {v: _view(buffers[s], tuple(types[v].shape), np_dtype(types[v].dtype))
                  for v, s in memory.placement.items()}
+        for _, out, donor in memory.inplace:   # NOTE: one array object, so a kernel sees it runs in place
+            views[out] = views[donor]
         self.outs = [[views.get(o) for o in st.outputs] for st in steps]
         self.work = [[_view(buffers[s], shape, dtype) for s, shape, dtype in w] for w in memory.work]
 
@@ -81,7 +84,7 @@ class Specialization:
                 impl = step.fallback
                 bound = impl.bind(in_types, out_types)
                 note = f"reference here: {exc}"
-            self.steps.append(BoundStep(bound.fn, step.inputs, step.outputs, impl, note))
+            self.steps.append(BoundStep(bound.fn, step.inputs, step.outputs, impl, note, bound.alias))
             specs.append(StepSpec(step.inputs, step.outputs, impl.writes_outputs, impl.inplace, bound.workspace))
         self.memory = plan_memory(specs, types, {v for _, v in program.outputs})
         for bs, release in zip(self.steps, self.memory.release):
@@ -105,8 +108,9 @@ class Specialization:
             if len(self._pool) < 8:
                 self._pool.append(arena)
 
-    def execute(self, env: list, arena: Arena, events: list | None = None) -> None:
-        """Run every step; with ``events`` (a list), append (step, start ns, duration ns) per step."""
+    def execute(self, env: list, arena: Arena, events: list | None = None, parts: list | None = None) -> None:
+        """Run every step; with ``events`` (a list), append (step, start ns, duration ns) per step, and tag the
+        (part, start, duration) records steps append to ``parts`` (the part sink) with their step."""
         outs_all, work_all = arena.outs, arena.work
         clock = time.perf_counter_ns
         t = start = -1
@@ -126,6 +130,8 @@ class Specialization:
                     env[v] = None
                 if events is not None:
                     events.append((t, start, clock() - start))
+                    if parts:
+                        parts[:] = [p if len(p) == 4 else (t, *p) for p in parts]
         except TlcError:
             raise
         except Exception as exc:  # a kernel failed: say which step, op and shapes
@@ -159,9 +165,12 @@ class Plan:
         self._specs_lock = threading.Lock()
         self._runs = Counter()
         self._profile = Profile(self)
+        quiet = threads.quiet_openmp()
         self.blas_note = threads.blas_note(options.num_threads)
         if self.blas_note:
             self.warn_once("blas", self.blas_note)
+        self.thread_note = threads.SPINNING_NOTE if not quiet and options.threads > 1 else ""
+        threads.apply(options.num_threads, 1 if options.own_threads else None)   # BLAS obeys its main thread
         if not self._dynamic_feeds:
             self._specs[()] = Specialization(program, program.value_types)
         self.timings["lower_ms"] = (time.perf_counter() - start) * 1e3
@@ -183,7 +192,7 @@ class Plan:
         """Run on ``feeds`` (input name -> array); returns output name -> a new array owned by the caller."""
         arrays, _ = check_feeds(self._feed_specs, feeds)
         spec = self._specialization(arrays)
-        threads.apply(self.options.num_threads)
+        threads.apply(self.options.num_threads, 1 if self.options.own_threads else None)
         env = list(spec.env_template)
         for name, v, _ in self.program.feeds:
             env[v] = arrays[name]
@@ -191,9 +200,14 @@ class Plan:
         try:
             if profile:
                 events: list[tuple[int, int, int]] = []
-                start = time.perf_counter_ns()
-                spec.execute(env, arena, events)
-                self._profile.record(start, time.perf_counter_ns() - start, events)
+                parts: list = []
+                set_part_sink(parts)
+                try:
+                    start = time.perf_counter_ns()
+                    spec.execute(env, arena, events, parts)
+                    self._profile.record(start, time.perf_counter_ns() - start, events, parts)
+                finally:
+                    set_part_sink(None)
             else:
                 spec.execute(env, arena)
             result = self._collect(env, spec, arrays)
@@ -246,11 +260,29 @@ class Plan:
 
     # ------------------------------------------------------------------ JIT, stats, profile
     def compile_groups(self) -> None:
-        """Compile every fused group now (eager JIT)."""
+        """Compile every fused group now (eager JIT), each in the variant the static shapes will run."""
         start = time.perf_counter()
+        hints = self._alias_hints()
         for state in self.program.groups:
-            state.compile()
+            state.compile(hints.get(id(state)))
         self.timings["jit_ms"] = (time.perf_counter() - start) * 1e3
+
+    def _alias_hints(self) -> dict[int, tuple[int, ...]]:
+        """Per group (by id): which input each output is written into when the static specialization runs."""
+        spec = self._specs.get(())
+        if spec is None:
+            return {}
+        hints = {}
+        for t, step in enumerate(self.program.steps):
+            state = getattr(step.impl, "state", None)
+            if state is None or spec.steps[t].impl is not step.impl:
+                continue
+            alias = spec.steps[t].alias
+            if alias is None:
+                donors = {o: i for s, o, i in spec.memory.inplace if s == t}
+                alias = tuple(step.inputs.index(donors[o]) if o in donors else -1 for o in step.outputs)
+            hints[id(state)] = alias
+        return hints
 
     def wait_for_jit(self, timeout: float | None = None) -> bool:
         """Wait for background (lazy) compilations; True when none is left running."""

@@ -66,8 +66,7 @@ class PlanStats:
         for sp in self.specializations:
             lines.append(f"shapes {sp['signature']}: arena {sp['arena_bytes'] / 2**20:.2f} MiB in "
                          f"{sp['slots']} buffer(s), {sp['inplace']} in-place step(s)")
-        if t.get("blas_note"):
-            lines.append(t["blas_note"])
+        lines += [t[k] for k in ("blas_note", "thread_note") if t.get(k)]
         return "\n".join(lines)
 
 
@@ -96,6 +95,7 @@ def build_stats(plan: Plan, specs: list[Specialization]) -> PlanStats:
         "compile_ms": sum(g.compile_ms or 0.0 for g in groups),
         "timings_ms": dict(plan.timings),
         "blas_note": plan.blas_note,
+        "thread_note": plan.thread_note,
     }
     specializations = [{"signature": _signature(plan, spec), "arena_bytes": spec.memory.arena_bytes,
                         "slots": len(spec.memory.slot_bytes), "inplace": len(spec.memory.inplace)}

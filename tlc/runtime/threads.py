@@ -1,9 +1,20 @@
 """Thread counts for Numba and BLAS (``CompileOptions.num_threads``).
 
 Numba's thread count is per calling thread, so a plan sets it at the start of every run (cheap). BLAS
-(OpenBLAS in numpy's wheels) has one process-wide count; it is changed through ``threadpoolctl`` when that
-package is installed, and only when a plan asks for a count other than the one in force. Without
-``threadpoolctl`` the BLAS count cannot be governed: ``blas_note()`` says so and ``stats()`` shows it.
+(OpenBLAS in numpy's wheels) has one process-wide count; it is read and, when it differs from the plan's, set
+through ``threadpoolctl`` at every run (~1 us). Without ``threadpoolctl`` the BLAS count cannot be governed:
+``blas_note()`` says so and ``stats()`` shows it.
+
+With ``CompileOptions.own_threads`` (the default) BLAS runs single-threaded and the runtime splits large GEMMs
+over its own workers (``tlc.runtime.workers`` says why).
+
+Numba's OpenMP workers (libgomp) busy-wait ~300,000 pause loops (~11 ms on this machine) after every parallel
+kernel, without yielding; OpenBLAS's workers spin too (yielding) after every GEMM. On a machine with as many
+cores as threads the two pools then fight: a GEMM after a parallel kernel waited up to 10 ms for its worker's
+core (the mlp took 16 ms instead of 1.4 ms at 2 threads). ``quiet_openmp`` therefore makes libgomp's idle
+workers sleep at once (``OMP_WAIT_POLICY=PASSIVE``, which costs a parallel kernel ~50 us of wake-up, so small
+kernels run serially anyway), unless the user set a wait policy. libgomp reads it when Numba first loads it, so
+it is set before any plan runs; a process whose Numba pool already started keeps what it had.
 """
 
 from __future__ import annotations
@@ -13,22 +24,13 @@ import sys
 import threading
 
 _lock = threading.Lock()
-_controller = None
-_blas_threads: int | None = None     # what we last set; None: untouched (the library's default)
+_controller: list | None = None     # threadpoolctl's controllers of the BLAS libraries loaded (numpy's OpenBLAS)
+_blas_touched = False               # whether some plan has set BLAS's thread count (else: the library's default)
 _numba_set = threading.local()       # Numba's count is per thread: has a plan set it on this one?
 
 
 def cores() -> int:
     return os.cpu_count() or 1
-
-
-def _threadpool_controller():
-    global _controller
-    if _controller is None:
-        from threadpoolctl import ThreadpoolController
-
-        _controller = ThreadpoolController()
-    return _controller
 
 
 def blas_note(num_threads: int | None) -> str:
@@ -42,9 +44,33 @@ def blas_note(num_threads: int | None) -> str:
     return ""
 
 
-def apply(num_threads: int | None) -> None:
-    """Make Numba (this thread) and BLAS (the process) use ``num_threads`` (None: every core)."""
-    global _blas_threads
+SPINNING_NOTE = ("Numba's OpenMP workers busy-wait after each parallel kernel (OMP_WAIT_POLICY is not PASSIVE, or "
+                 "Numba's pool started before tlc could set it): they slow the BLAS calls that follow")
+
+
+def quiet_openmp(environ: dict | None = None) -> bool:
+    """Ask libgomp for sleeping idle workers, unless the user chose a policy or the pool has started.
+
+    Returns whether the policy in force (or to be) is the quiet one.
+    """
+    env = os.environ if environ is None else environ
+    if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env:
+        return env.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
+    if _numba_pool_started():
+        return False
+    env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
+
+
+def _numba_pool_started() -> bool:
+    parallel = sys.modules.get("numba.np.ufunc.parallel")
+    return bool(parallel is not None and getattr(parallel, "_is_initialized", False))
+
+
+def apply(num_threads: int | None, blas_threads: int | None = None) -> None:
+    """Make Numba (this thread) use ``num_threads`` (None: every core) and BLAS (the process) ``blas_threads``
+    (None: as many as Numba; 1 when tlc's own workers run the parts of large GEMMs)."""
+    global _blas_touched
     numba = sys.modules.get("numba")
     # NOTE: asking Numba starts its thread pool; leave it alone until some plan sets a count on this thread
     if numba is not None and (num_threads is not None or getattr(_numba_set, "on_this_thread", False)):
@@ -52,14 +78,26 @@ def apply(num_threads: int | None) -> None:
         if numba.get_num_threads() != want:
             numba.set_num_threads(want)
         _numba_set.on_this_thread = True
-    if num_threads is None and _blas_threads is None:
+    if blas_threads is None and num_threads is None and not _blas_touched:
         return
-    want = num_threads or cores()
-    if want == _blas_threads:
-        return
-    with _lock:
-        try:
-            _threadpool_controller().limit(limits=want, user_api="blas")
-        except ImportError:
-            return
-        _blas_threads = want
+    want = blas_threads or num_threads or cores()
+    # NOTE: read back every time (~1 us): OpenBLAS 0.3.31 ignores a count set from a thread other than the one
+    # that set it before, so a cached "what we set" could be wrong
+    for lib in _blas_libraries():
+        if lib.get_num_threads() != want:
+            with _lock:
+                lib.set_num_threads(want)
+        _blas_touched = True
+
+
+def _blas_libraries() -> list:
+    global _controller
+    if _controller is None:
+        with _lock:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:
+                _controller = []
+            else:
+                _controller = ThreadpoolController().select(user_api="blas").lib_controllers
+    return _controller

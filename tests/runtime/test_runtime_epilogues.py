@@ -1,0 +1,155 @@
+"""Epilogue steps (a contraction and the elementwise work after it) against onnxruntime: the contraction's bias
+moved into the elementwise kernel (Conv's per-channel B, Gemm's broadcast C with beta), in place and not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tlc
+from tlc.io.onnx import from_onnx
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def model(nodes, inputs: dict[str, tuple], output_shape, inits: dict[str, np.ndarray]):
+    graph = helper.make_graph(
+        nodes, "epilogues",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
+        initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def compare(onnx_model, feeds: dict[str, np.ndarray], rtol=1e-4, atol=1e-4) -> tlc.runtime.Plan:
+    sess = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, feeds)
+    graph, _ = from_onnx(onnx_model)
+    plan = tlc.compile(graph, opt_level=2, jit="eager")
+    for _ in range(2):   # a second run reuses the arena: nothing may depend on fresh buffers
+        np.testing.assert_allclose(plan.run(feeds)["y"], want, rtol=rtol, atol=atol)
+    return plan
+
+
+def epilogue_steps(plan) -> list:
+    return [g for g in plan.groups if g.kind == "epilogue"]
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_conv_bias_relu_moves_the_bias_into_the_kernel(rng, residual):
+    w = rng.standard_normal((6, 4, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32) * 3   # distinct per channel: a wrong axis shows
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    inputs = {"x": (2, 4, 7, 5)}
+    if residual:
+        nodes.append(helper.make_node("Add", ["c", "r"], ["s"]))
+        inputs["r"] = (2, 6, 7, 5)
+    nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in inputs.items()}
+    plan = compare(model(nodes, inputs, (2, 6, 7, 5), {"w": w, "b": b}), feeds)
+    (group,) = epilogue_steps(plan)
+    assert group.status == "native"
+    assert len(group.split.contraction.inputs_of(group.split.node)) == 2   # Conv(x, w): the bias moved
+    assert [n.op for n in group.split.elementwise.ops()][:1] == ["Add"]
+
+
+@pytest.mark.parametrize("c_shape", [(5,), (3, 1), (3, 5), ()], ids=str)
+def test_gemm_c_with_beta_moves_into_the_kernel(rng, c_shape):
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    c = np.asarray(rng.standard_normal(c_shape)).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "a", "c"], ["g"], alpha=0.5, beta=2.0, transA=1),
+             helper.make_node("Sigmoid", ["g"], ["y"])]
+    plan = compare(model(nodes, {"x": (4, 3)}, (3, 5), {"a": rng.standard_normal((4, 5)).astype(np.float32),
+                                                         "c": c}),
+                   {"x": a})
+    (group,) = epilogue_steps(plan)
+    assert len(group.split.contraction.inputs_of(group.split.node)) == 2
+
+
+def test_gemm_with_zero_beta_keeps_c_out(rng):
+    """beta = 0: C is ignored by Gemm (even an inf in it), so it is not moved into a product with 0."""
+    c = np.array([np.inf, 1, 2], np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "b", "c"], ["g"], beta=0.0), helper.make_node("Relu", ["g"], ["y"])]
+    plan = compare(model(nodes, {"x": (2, 4)}, (2, 3), {"b": rng.standard_normal((4, 3)).astype(np.float32),
+                                                        "c": c}),
+                   {"x": rng.standard_normal((2, 4)).astype(np.float32)})
+    (group,) = epilogue_steps(plan)
+    assert len(group.split.contraction.inputs_of(group.split.node)) == 3
+
+
+def test_profile_splits_an_epilogue_step_into_its_parts(rng):
+    nodes = [helper.make_node("Gemm", ["x", "a", "c"], ["g"]), helper.make_node("Relu", ["g"], ["y"])]
+    onnx_model = model(nodes, {"x": (8, 6)}, (8, 5), {"a": rng.standard_normal((6, 5)).astype(np.float32),
+                                                      "c": rng.standard_normal(5).astype(np.float32)})
+    plan = compare(onnx_model, {"x": rng.standard_normal((8, 6)).astype(np.float32)})
+    for _ in range(3):
+        plan.run({"x": rng.standard_normal((8, 6)).astype(np.float32)}, profile=True)
+    prof = plan.profile()
+    parts = {r["part"]: r for r in prof.part_summary()}
+    assert set(parts) == {"contraction (Gemm)", "elementwise kernel"}
+    assert all(r["calls"] == 3 and r["op"] == "tlc.Fused[epilogue]" for r in parts.values())
+    (step,) = [s for s in prof.step_totals() if s["kind"] == "fused-epilogue"]
+    assert sum(r["total_ms"] for r in parts.values()) <= step["total_ms"]
+    assert "part of tlc.Fused[epilogue]" in prof.table()
+    trace = [e for e in prof.chrome_trace()["traceEvents"] if e.get("cat") == "part"]
+    assert len(trace) == 6 and {e["args"]["step"] for e in trace} == {step["step"]}
+
+
+def attention_scores(extra_reader: str | None = None):
+    """softmax(Q @ K^T) @ V with Q, K, V per-head transposes of one projection (as BERT exporters write it)."""
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q0"]), helper.make_node("MatMul", ["x", "wk"], ["k0"]),
+             helper.make_node("Tanh", ["x"], ["v0"]),           # a kernel-written buffer seen through a view
+             helper.make_node("Reshape", ["q0", "shape"], ["q1"]), helper.make_node("Reshape", ["k0", "shape"], ["k1"]),
+             helper.make_node("Reshape", ["v0", "shape"], ["v1"]),
+             helper.make_node("Transpose", ["q1"], ["q"], name="Transpose_q", perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["k1"], ["kt"], name="Transpose_kt", perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["v1"], ["v"], name="Transpose_v", perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+             helper.make_node("Sin", ["x"], ["late"]),          # may reuse a buffer if a view's source were freed
+             helper.make_node("MatMul", ["p", "v"], ["o"])]
+    nodes.append(helper.make_node("Transpose", ["o"], ["ot"], name="Transpose_ot", perm=[0, 2, 1, 3]))
+    nodes.append(helper.make_node("Reshape", ["ot", "flat"], ["o2"]))
+    last = "o2"
+    if extra_reader == "elementwise":   # a reader that needs contiguous data: the transpose stays a copy
+        nodes.append(helper.make_node("Add", ["v", "v"], ["vv"]))
+        nodes.append(helper.make_node("ReduceSum", ["vv"], ["vs"], keepdims=0))
+        nodes.append(helper.make_node("Add", [last, "vs"], ["o3"]))
+        last = "o3"
+    nodes.append(helper.make_node("Add", [last, "late"], ["y"]))
+    return nodes
+
+
+@pytest.mark.parametrize("extra_reader", [None, "elementwise"])
+def test_transposes_that_feed_matmuls_only_become_views(rng, extra_reader):
+    seq, heads, dim = 6, 2, 4
+    inits = {"wq": rng.standard_normal((8, 8)).astype(np.float32), "wk": rng.standard_normal((8, 8)).astype(np.float32),
+             "shape": np.array([1, seq, heads, dim], np.int64), "flat": np.array([1, seq, 8], np.int64)}
+    onnx_model = model(attention_scores(extra_reader), {"x": (1, seq, 8)}, None, inits)
+    plan = compare(onnx_model, {"x": rng.standard_normal((1, seq, 8)).astype(np.float32)})
+    modes = {s.name: s.mode for s in plan.stats().steps if s.op == "Transpose"}
+    views = sorted(name for name, mode in modes.items() if mode == "view")
+    expected = ["Transpose_q", "Transpose_kt"] + ([] if extra_reader else ["Transpose_v"])
+    assert views == sorted(expected), modes
+    assert modes["Transpose_ot"] == "library"   # read by a Reshape: a view of it would be copied anyway
+
+
+def test_eager_jit_compiles_the_in_place_variant_the_plan_runs(rng):
+    """An elementwise group that the memory plan runs in place (its input's buffer dies there) is compiled in
+    that variant up front, and runs it: no second compile on the first run."""
+    nodes = [helper.make_node("Concat", ["x", "x"], ["h"], axis=1), helper.make_node("Tanh", ["h"], ["t"]),
+             helper.make_node("Mul", ["t", "two"], ["u"]), helper.make_node("MatMul", ["u", "w"], ["y"])]
+    inits = {"w": rng.standard_normal((16, 8)).astype(np.float32), "two": np.array(2.0, np.float32)}
+    onnx_model = model(nodes, {"x": (4, 8)}, (4, 8), inits)
+    graph, _ = from_onnx(onnx_model)
+    plan = tlc.compile(graph, opt_level=2, jit="eager")
+    (state,) = [g for g in plan.groups if g.kind == "elementwise"]
+    (spec,) = plan._specs.values()
+    assert [t for t, _, _ in spec.memory.inplace] == [1]
+    assert [v.alias for v in state.kernel._variants] == [(0,)]
+    compare(onnx_model, {"x": rng.standard_normal((4, 8)).astype(np.float32)})
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    want = np.tanh(np.concatenate([x, x], axis=1)) * 2 @ inits["w"]
+    np.testing.assert_allclose(plan.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    assert [v.alias for v in state.kernel._variants] == [(0,)]
