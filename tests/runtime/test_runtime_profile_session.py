@@ -96,17 +96,29 @@ def test_inference_session_mirrors_onnxruntime(tmp_path, rng):
     np.testing.assert_allclose(from_bytes.run(None, {"x": x})[0], ref, rtol=1e-5, atol=1e-6)
 
 
-def test_num_threads_governs_numba_and_blas(rng):
+def test_num_threads_governs_numba_and_blas_during_a_run_only(rng):
     numba = pytest.importorskip("numba")
     plan = compile(small_graph(), num_threads=1)
-    plan.run({"x": rng.standard_normal((2, 4), dtype=np.float32)})
-    assert numba.get_num_threads() == 1
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
+        plan.run({"x": rng.standard_normal((2, 4), dtype=np.float32)})
         assert "threadpoolctl" in plan.stats().totals["blas_note"]
-    else:
-        assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == {1}
+        return
+
+    def blas() -> set[int]:
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    before = blas()
+    with threads.governed(3, 2):
+        assert blas() == {2}
+        with threads.governed(3, 1):          # nested (or concurrent) runs: the outermost restores
+            assert blas() == {1}
+        assert blas() == {1}
+    assert blas() == before
+    plan.run({"x": rng.standard_normal((2, 4), dtype=np.float32)})
+    assert numba.get_num_threads() == 1
+    assert blas() == before                  # the caller's numpy keeps its BLAS threads
     compile(small_graph()).run({"x": rng.standard_normal((2, 4), dtype=np.float32)})   # back to every core
     assert numba.get_num_threads() == min(threads.cores(), numba.config.NUMBA_NUM_THREADS)
 

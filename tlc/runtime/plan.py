@@ -170,7 +170,6 @@ class Plan:
         if self.blas_note:
             self.warn_once("blas", self.blas_note)
         self.thread_note = threads.SPINNING_NOTE if not quiet and options.threads > 1 else ""
-        threads.apply(options.num_threads, 1 if options.own_threads else None)   # BLAS obeys its main thread
         if not self._dynamic_feeds:
             self._specs[()] = Specialization(program, program.value_types)
         self.timings["lower_ms"] = (time.perf_counter() - start) * 1e3
@@ -192,7 +191,10 @@ class Plan:
         """Run on ``feeds`` (input name -> array); returns output name -> a new array owned by the caller."""
         arrays, _ = check_feeds(self._feed_specs, feeds)
         spec = self._specialization(arrays)
-        threads.apply(self.options.num_threads, 1 if self.options.own_threads else None)
+        with threads.governed(self.options.num_threads, 1 if self.options.own_threads else None):
+            return self._run(spec, arrays, profile)
+
+    def _run(self, spec: Specialization, arrays: dict[str, np.ndarray], profile: bool) -> dict[str, np.ndarray]:
         env = list(spec.env_template)
         for name, v, _ in self.program.feeds:
             env[v] = arrays[name]

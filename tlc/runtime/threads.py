@@ -22,11 +22,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _controller: list | None = None     # threadpoolctl's controllers of the BLAS libraries loaded (numpy's OpenBLAS)
 _blas_touched = False               # whether some plan has set BLAS's thread count (else: the library's default)
 _numba_set = threading.local()       # Numba's count is per thread: has a plan set it on this one?
+_depth = 0                          # runs in progress that govern the BLAS count (process-wide)
+_blas_before: list[int] = []        # the BLAS counts found when the first of them began, restored by the last
 
 
 def cores() -> int:
@@ -101,3 +105,29 @@ def _blas_libraries() -> list:
             else:
                 _controller = ThreadpoolController().select(user_api="blas").lib_controllers
     return _controller
+
+
+@contextmanager
+def governed(num_threads: int | None, blas_threads: int | None = None) -> Iterator[None]:
+    """``apply`` for the duration of a run, then give the caller's numpy back its BLAS thread count.
+
+    The BLAS count is process-wide: the first of several concurrent runs records it and the last one to finish
+    restores it (a plan asks for 1 BLAS thread when its own workers split GEMMs; left behind, that would make
+    the user's own ``numpy.dot`` single-threaded and change its summation order). Numba's count is per
+    calling thread and only governs Numba's own parallel loops; it stays as the plan set it.
+    """
+    global _depth, _blas_before
+    with _lock:
+        if _depth == 0:
+            _blas_before = [lib.get_num_threads() for lib in _blas_libraries()]
+        _depth += 1
+    try:
+        apply(num_threads, blas_threads)
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                for lib, count in zip(_blas_libraries(), _blas_before):
+                    if lib.get_num_threads() != count:
+                        lib.set_num_threads(count)
