@@ -83,6 +83,50 @@ def test_matmul_epilogue_in_parts_in_place(rng):
     assert [r["part"] for r in plan.profile().part_summary()] == ["2 parts: contraction + kernel"]
 
 
+@pytest.fixture
+def column_parts(monkeypatch):
+    """Column slabs for products as narrow as these tests' (the real minimum is 128 columns a part)."""
+    monkeypatch.setattr(parts_module, "COLUMN_SPLIT_MIN", 2)
+
+
+def test_products_with_more_columns_than_rows_split_columns(column_parts):
+    assert parts_module.matmul_parts((4, 8), (8, 12), (4, 12), 2).split.axis == 1
+    assert parts_module.matmul_parts((1, 4, 8), (8, 12), (1, 4, 12), 2).split.axis == 2
+    assert parts_module.matmul_parts((12, 8), (8, 4), (12, 4), 2).split.axis == 0     # rows outweigh
+    assert parts_module.matmul_parts((2, 4, 8), (8, 12), (2, 4, 12), 2).split.axis == 0  # a batch: its axis
+    assert parts_module.matmul_parts((2, 4, 8), (2, 8, 12), (2, 4, 12), 2).split.axis == 0  # B batched
+
+
+@pytest.mark.parametrize("c_shape", [(12,), (4, 1), (), (4, 12)], ids=str)
+@pytest.mark.parametrize("trans", [(0, 0), (1, 1)], ids=str)
+def test_gemm_in_column_parts_with_c_alpha_beta(rng, column_parts, c_shape, trans):
+    ta, tb = trans
+    a = rng.standard_normal((8, 4) if ta else (4, 8)).astype(np.float32)
+    b = rng.standard_normal((12, 8) if tb else (8, 12)).astype(np.float32)
+    c = np.asarray(rng.standard_normal(c_shape)).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "b", "c"], ["y"], alpha=0.5, beta=-2.0, transA=ta, transB=tb)
+    plan = run_both([node], {"x": a.shape}, {"b": b, "c": c}, rng)
+    assert any(n.endswith("2 parts") for n in notes(plan))
+
+
+@pytest.mark.parametrize("x_shape", [(1, 5, 16), (5, 16), (1, 16)], ids=str)
+def test_matmul_epilogue_in_column_parts(rng, column_parts, x_shape):
+    """Strided column slabs of the product first, then the kernel in row slabs (or whole: one row)."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "bias"], ["s"]),
+             helper.make_node("Add", ["s", "r"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
+    inits = {"w": rng.standard_normal((16, 40)).astype(np.float32),
+             "bias": rng.standard_normal(40).astype(np.float32)}
+    r_shape = x_shape[:-1] + (40,)
+    plan = run_both(nodes, {"x": x_shape, "r": r_shape}, inits, rng)
+    (group,) = [g for g in plan.groups if g.kind == "epilogue"]
+    assert group.status == "native"
+    plan.run({"x": rng.standard_normal(x_shape).astype(np.float32),
+              "r": rng.standard_normal(r_shape).astype(np.float32)}, profile=True)
+    kernel_parts = 1 if x_shape[-2] == 1 else 2
+    assert [r["part"] for r in plan.profile().part_summary()] == [
+        f"2 column parts, then {kernel_parts} kernel parts"]
+
+
 @pytest.mark.parametrize("kernel, attrs", [((3, 3), {"pads": [1, 1, 1, 1]}),
                                            ((3, 3), {"strides": [2, 2]}),
                                            ((1, 1), {}),

@@ -27,7 +27,7 @@ from ..reference import run_graph
 from .impl import Bound, Impl, NotNative, static_shapes
 from .library import library_impl
 from .options import CompileOptions
-from .parts import PartsBound, part_of, parts_note, slab
+from .parts import PartsBound, Split, output_split, part_of, parts_note, slab
 from .profiler import part_sink
 from .workers import workers
 
@@ -324,18 +324,26 @@ class FusedImpl(Impl):
 def _epilogue_in_parts(state: GroupState, parts: PartsBound, c_sources, ew_sources, ew_types, expand,
                        out_shapes, in_place: bool):
     """An epilogue step whose contraction runs in slabs on the runtime's workers, each slab's elementwise
-    kernel right after it on the same thread (the slab still in that core's cache)."""
+    kernel right after it on the same thread (the slab still in that core's cache). Column slabs (strided:
+    ``parts.column_split``) all finish first; the kernel then runs in row slabs of the whole product."""
     split, rank = parts.split, len(out_shapes[0])
     count = len(split.bounds)
+    contraction_parts = None
+    if split.axis == rank - 1 and rank > 1:
+        # column slabs are strided: the contraction runs in them, then the kernel in row slabs of the result
+        contraction_parts = parts.parts
+        split = output_split(tuple(out_shapes[0][:-1]) + (1,), count) or Split(0, [(0, out_shapes[0][0])])
+        count = len(split.bounds)
     ew_slabs = [[slab(tuple(t.shape), rank, split, k) for t in ew_types] for k in range(count)]
     out_slabs = [slab(tuple(out_shapes[0]), rank, split, k) for k in range(count)]
     launches = [_launcher(state, [TensorType(t.dtype, _sliced(t.shape, i)) for t, i in zip(ew_types, ew_slabs[k])],
                           [_sliced(s, out_slabs[k]) for s in out_shapes], serial=True) for k in range(count)]
     alias = (0,) + (-1,) * (len(out_shapes) - 1) if in_place else (-1,) * len(out_shapes)
-    pool = workers(count)
+    pool = workers(len(parts.parts))
 
     def part(k, c_ins, ew_ins, outs, acc, work, kernel):
-        parts.parts[k](c_ins, [acc], work)
+        if contraction_parts is None:
+            parts.parts[k](c_ins, [acc], work)
         launches[k](kernel, [part_of(a, i) for a, i in zip(ew_ins, ew_slabs[k])],
                     [part_of(o, out_slabs[k]) for o in outs], alias)
 
@@ -347,15 +355,19 @@ def _epilogue_in_parts(state: GroupState, parts: PartsBound, c_sources, ew_sourc
         c_ins = [s if not isinstance(s, int) else ins[s] for s in c_sources]
         if parts.prepare:
             pool.run([functools.partial(f, c_ins, [acc], work) for f in parts.prepare])
+        sink = part_sink()
+        start = time.perf_counter_ns() if sink is not None else 0
+        if contraction_parts is not None:
+            pool.run([functools.partial(f, c_ins, [acc], work) for f in contraction_parts])
         ew_ins = [acc if s == "acc" else ins[s] for s in ew_sources]
         for k, shape in expand:
             ew_ins[k] = ew_ins[k].reshape(shape)
         ew_ins = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in ew_ins]
-        sink = part_sink()
-        start = time.perf_counter_ns() if sink is not None else 0
         pool.run([functools.partial(part, k, c_ins, ew_ins, outs, acc, work, kernel) for k in range(count)])
         if sink is not None:
-            sink.append((f"{count} parts: contraction + kernel", start, time.perf_counter_ns() - start))
+            label = (f"{count} parts: contraction + kernel" if contraction_parts is None
+                     else f"{len(contraction_parts)} column parts, then {count} kernel parts")
+            sink.append((label, start, time.perf_counter_ns() - start))
         return outs
 
     return fn
