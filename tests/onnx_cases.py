@@ -149,3 +149,33 @@ def run_case(case, runner: Runner = reference_runner) -> tuple[str, str]:
             if reason:
                 return FAIL, reason
     return PASS, ""
+
+
+#: ConstantOfShape fills larger than this (the fully connected layers of AlexNet, VGG, ZFNet) stay uniform: speed
+MAX_RANDOM_FILL = 1 << 22
+
+
+def random_light_weights(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
+    """A light model (changed in place and returned) with its ConstantOfShape weight fills replaced by random
+    initializers: He-scaled normal for filters and matrices, [0.5, 1.5) for vectors (positive, so
+    BatchNormalization's variances stay valid). Its final Softmax is dropped: random weights give large logits,
+    and a saturated softmax would hide differences."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    kept = []
+    for node in model.graph.node:
+        shape = tuple(int(d) for d in inits[node.input[0]]) if node.input and node.input[0] in inits else None
+        if node.op_type != "ConstantOfShape" or shape is None or np.prod(shape) > MAX_RANDOM_FILL:
+            kept.append(node)
+            continue
+        if len(shape) >= 2:
+            value = rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / np.prod(shape[1:])))
+        else:
+            value = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        model.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+        # NOTE: opset 9 models have IR version 3, where every initializer is also a graph input
+        model.graph.input.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, shape))
+    if kept[-1].op_type == "Softmax" and kept[-1].output[0] == model.graph.output[0].name:
+        model.graph.output[0].name = kept.pop().input[0]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model

@@ -22,8 +22,7 @@ import numpy as np
 import onnx
 import onnx_cases
 import pytest
-from onnx import numpy_helper
-from onnx_cases import PASS, CompiledRunner
+from onnx_cases import PASS, CompiledRunner, random_light_weights
 
 import tlc
 from tlc.io.onnx import from_onnx
@@ -153,39 +152,11 @@ def _compiled(graph: tlc.Graph, opt_level: int, key: str) -> tlc.Plan:
     return plan
 
 
-MAX_RANDOM = 1 << 22  # larger fills (the fully connected layers of AlexNet, VGG, ZFNet) stay uniform: speed
-
-
-def random_weights(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
-    """The light model with its ConstantOfShape weight fills replaced by random initializers (He-scaled normal
-    for filters and matrices; [0.5, 1.5) for vectors, so BatchNormalization's variances stay valid), and its
-    final Softmax dropped (random weights give large logits; a saturated softmax would hide differences)."""
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    kept = []
-    for node in model.graph.node:
-        shape = tuple(int(d) for d in inits[node.input[0]]) if node.input and node.input[0] in inits else None
-        if node.op_type != "ConstantOfShape" or shape is None or np.prod(shape) > MAX_RANDOM:
-            kept.append(node)
-            continue
-        if len(shape) >= 2:
-            value = rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / np.prod(shape[1:])))
-        else:
-            value = rng.uniform(0.5, 1.5, shape).astype(np.float32)
-        model.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
-        # NOTE: opset 9 models have IR version 3, where every initializer is also a graph input
-        model.graph.input.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, shape))
-    if kept[-1].op_type == "Softmax" and kept[-1].output[0] == model.graph.output[0].name:
-        model.graph.output[0].name = kept.pop().input[0]
-    del model.graph.node[:]
-    model.graph.node.extend(kept)
-    return model
-
-
 @functools.cache
 def _light_case(model: str) -> tuple[tlc.Graph, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(graph with random weights, feeds, reference outputs), once per model for both opt levels."""
     rng = np.random.default_rng(0)
-    graph, _ = from_onnx(random_weights(onnx.load(LIGHT / f"light_{model}.onnx"), rng))
+    graph, _ = from_onnx(random_light_weights(onnx.load(LIGHT / f"light_{model}.onnx"), rng))
     (inp,) = graph.inputs
     shape = tuple(d if isinstance(d, int) else 1 for d in inp.output_types[0].shape)
     feeds = {inp.name: rng.random(shape, dtype=np.float32)}

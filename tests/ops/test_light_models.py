@@ -19,6 +19,7 @@ from nn_helpers import run_ort
 from onnx import numpy_helper
 
 import tlc
+from tests.onnx_cases import random_light_weights
 from tlc.io.onnx import from_onnx, load_onnx
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -59,39 +60,10 @@ def test_light_model_matches_shipped_output(model, record_property):
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
-MAX_RANDOM = 1 << 22  # larger fills (the fully connected layers of AlexNet, VGG, ZFNet) stay uniform: speed
-
-
-def randomize_weights(model: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
-    """Replace each ConstantOfShape fill of a constant shape by random initializer values: He-scaled normal
-    for filters and matrices, [0.5, 1.5) for vectors (positive, so BatchNormalization's variances are valid)."""
-    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    kept = []
-    for node in model.graph.node:
-        shape = tuple(int(d) for d in inits[node.input[0]]) if node.input and node.input[0] in inits else None
-        if node.op_type != "ConstantOfShape" or shape is None or np.prod(shape) > MAX_RANDOM:
-            kept.append(node)
-            continue
-        if len(shape) >= 2:
-            value = rng.standard_normal(shape, dtype=np.float32) * np.float32(np.sqrt(2.0 / np.prod(shape[1:])))
-        else:
-            value = rng.uniform(0.5, 1.5, shape).astype(np.float32)
-        model.graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
-        model.graph.input.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, shape))
-    last = kept[-1]
-    if last.op_type == "Softmax" and last.output[0] == model.graph.output[0].name:
-        # compare the logits: random weights give large ones, and a saturated softmax would hide differences
-        kept.pop()
-        model.graph.output[0].name = last.input[0]
-    del model.graph.node[:]
-    model.graph.node.extend(kept)
-    return model
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_light_model_with_random_weights_matches_onnxruntime(model, rng):
-    proto = randomize_weights(onnx.load(os.path.join(LIGHT, f"light_{model}.onnx")), rng)
+    proto = random_light_weights(onnx.load(os.path.join(LIGHT, f"light_{model}.onnx")), rng)
     try:
         g, _ = from_onnx(proto)
     except tlc.UnsupportedOperatorError as exc:
