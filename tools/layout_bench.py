@@ -28,7 +28,7 @@ import tlc  # noqa: E402
 from tlc.kernels import lib_conv, lib_conv_nhwc, lib_pool  # noqa: E402
 from tlc.passes.layout_cost import TARGETS, ConvShape, conv_ns  # noqa: E402
 from tlc.runtime import threads  # noqa: E402
-from tlc.runtime.library import resolve_pads  # noqa: E402
+from tlc.runtime.impl import spatial_window  # noqa: E402
 
 MODELS = ["resnet50", "shufflenet", "squeezenet", "inception_v1", "inception_v2"]
 
@@ -41,11 +41,8 @@ def conv_shapes(name: str) -> dict[tuple, int]:
         if node.op != "Conv":
             continue
         x, w = (tuple(graph.type_of(v).shape) for v in graph.inputs_of(node)[:2])
-        y = tuple(node.output_types[0].shape)
-        strides = tuple(node.attrs.get("strides", (1, 1)))
-        dilations = tuple(node.attrs.get("dilations", (1, 1)))
-        begin, _ = resolve_pads(node.attrs, x[2:], y[2:], w[2:], strides, dilations)
-        key = (x, w, strides, tuple(begin), dilations, int(node.attrs.get("group", 1)))
+        window, begin, _ = spatial_window(node.attrs, w[2:], x[2:])
+        key = (x, w, window.strides, tuple(begin), window.dilations, int(node.attrs.get("group", 1)))
         found[key] = found.get(key, 0) + 1
     return found
 

@@ -21,6 +21,7 @@ import numpy as np
 from ..ir.graph import Node
 from ..ir.types import TensorType, np_dtype
 from ..ops import Trait, expr, opdef_of
+from ..ops.window import Window, make_window
 
 StepFn = Callable[[list, list, list], list]
 
@@ -49,6 +50,18 @@ def static_shapes(types: list[TensorType | None], what: str) -> list[tuple[int, 
         else:
             shapes.append(tuple(t.shape))
     return shapes
+
+
+def spatial_window(attrs: dict[str, Any], kernel: tuple[int, ...],
+                   in_spatial: tuple[int, ...]) -> tuple[Window, list[int], list[int]]:
+    """A conv's or pool's window as the op registry reads it (strides, dilations, ``pads`` or ``auto_pad``), and
+    its begin and end pads for an input of spatial sizes ``in_spatial``."""
+    try:
+        window = make_window(attrs, kernel, bool(attrs.get("ceil_mode", 0)))
+        _, begins, ends = window.resolve(in_spatial)
+    except ValueError as exc:
+        raise NotNative(str(exc)) from None
+    return window, begins, ends
 
 
 class Impl:

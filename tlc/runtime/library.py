@@ -17,35 +17,11 @@ import numpy as np
 
 from ..ir.types import np_dtype
 from ..kernels import lib_conv, lib_gemm, lib_pool
-from .impl import Bound, Impl, NotNative, ViewImpl, static_shapes
+from .impl import Bound, Impl, NotNative, ViewImpl, spatial_window, static_shapes
 from .library_nhwc import NHWC_LIBRARY
 from .options import CompileOptions
 from .parts import PARTS_MIN_MACS, PartsBound, matmul_parts, output_split, part_of, parts_note, slab
 from .workers import split_rows, workers
-
-
-def _spatial(attrs: dict[str, Any], key: str, rank: int, default: int) -> tuple[int, ...]:
-    value = attrs.get(key)
-    return tuple(int(v) for v in value) if value else (default,) * rank
-
-
-def resolve_pads(attrs: dict[str, Any], in_hw: tuple[int, ...], out_hw: tuple[int, ...], kernel: tuple[int, ...],
-                 strides: tuple[int, ...], dilations: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(pads before, pads after) per spatial axis, from explicit ``pads`` or ONNX ``auto_pad``."""
-    rank = len(in_hw)
-    auto = attrs.get("auto_pad") or "NOTSET"
-    if auto == "NOTSET":
-        pads = _spatial(attrs, "pads", 2 * rank, 0)
-        return pads[:rank], pads[rank:]
-    if auto == "VALID":
-        return (0,) * rank, (0,) * rank
-    if auto not in ("SAME_UPPER", "SAME_LOWER"):
-        raise NotNative(f"auto_pad {auto!r} is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER")
-    total = [max(0, (o - 1) * s + (k - 1) * d + 1 - i)
-             for i, o, k, s, d in zip(in_hw, out_hw, kernel, strides, dilations)]
-    small = [t // 2 for t in total]
-    big = [t - t // 2 for t in total]
-    return (tuple(small), tuple(big)) if auto == "SAME_UPPER" else (tuple(big), tuple(small))
 
 
 class MatMulImpl(Impl):
@@ -134,10 +110,8 @@ class ConvImpl(Impl):
         (y,) = static_shapes(out_types, "output")
         if len(x) != 4:
             raise NotNative(f"only 2-D convolutions are native (input rank {len(x)})")
-        strides = _spatial(self.attrs, "strides", 2, 1)
-        dilations = _spatial(self.attrs, "dilations", 2, 1)
-        begin, _ = resolve_pads(self.attrs, x[2:], y[2:], w[2:], strides, dilations)
-        geo = lib_conv.geometry(x, w, y, strides, begin, dilations, int(self.attrs.get("group", 1)))
+        window, begin, _ = spatial_window(self.attrs, w[2:], x[2:])
+        geo = lib_conv.geometry(x, w, y, window.strides, begin, window.dilations, int(self.attrs.get("group", 1)))
         return geo, lib_conv.choose_algorithm(geo, self.allow_numba)
 
     def bind_parts(self, in_types, out_types) -> PartsBound | None:
@@ -201,10 +175,8 @@ class PoolImpl(Impl):
         if len(x) != 4:
             raise NotNative(f"only 2-D pooling is native (input rank {len(x)})")
         kernel = tuple(int(k) for k in self.attrs["kernel_shape"])
-        strides = _spatial(self.attrs, "strides", 2, 1)
-        dilations = _spatial(self.attrs, "dilations", 2, 1)
-        begin, end = resolve_pads(self.attrs, x[2:], y[2:], kernel, strides, dilations)
-        geo = lib_pool.PoolGeometry(*x, *kernel, *y[2:], *strides, *dilations, *begin, *end)
+        window, begin, end = spatial_window(self.attrs, kernel, x[2:])
+        geo = lib_pool.PoolGeometry(*x, *kernel, *y[2:], *window.strides, *window.dilations, *begin, *end)
         dtype = np_dtype(in_types[0].dtype)
         work = [(s, dtype) for s in lib_pool.workspace(geo)]
         if self.reduce == "max":

@@ -14,20 +14,8 @@ import numpy as np
 
 from ..ir.types import np_dtype
 from ..kernels import lib_conv_nhwc, lib_pool, lib_pool_nhwc
-from .impl import Bound, Impl, NotNative, static_shapes
+from .impl import Bound, Impl, NotNative, spatial_window, static_shapes
 from .options import CompileOptions
-
-
-def _ints(attrs: dict[str, Any], key: str, default: int) -> tuple[int, int]:
-    value = attrs.get(key)
-    return tuple(int(v) for v in value) if value else (default, default)
-
-
-def _pads(attrs, in_hw, out_hw, kernel, strides, dilations):
-    # NOTE: imported here: library.py imports this module to merge NHWC_LIBRARY into LIBRARY
-    from .library import resolve_pads
-
-    return resolve_pads(attrs, in_hw, out_hw, kernel, strides, dilations)
 
 
 class ConvNhwcImpl(Impl):
@@ -41,9 +29,9 @@ class ConvNhwcImpl(Impl):
         (y,) = static_shapes(out_types, "output")
         if len(x) != 4:
             raise NotNative(f"only 2-D convolutions are native (input rank {len(x)})")
-        strides, dilations = _ints(self.attrs, "strides", 1), _ints(self.attrs, "dilations", 1)
-        begin, _ = _pads(self.attrs, x[1:3], y[1:3], w[1:3], strides, dilations)
-        geo = lib_conv_nhwc.geometry(x, w, y, strides, begin, dilations, int(self.attrs.get("group", 1)))
+        window, begin, _ = spatial_window(self.attrs, w[1:3], x[1:3])
+        geo = lib_conv_nhwc.geometry(x, w, y, window.strides, begin, window.dilations,
+                                     int(self.attrs.get("group", 1)))
         algo = lib_conv_nhwc.choose_algorithm(geo)
         dtype = np_dtype(in_types[0].dtype)
 
@@ -68,10 +56,9 @@ class PoolNhwcImpl(Impl):
         if len(x) != 4:
             raise NotNative(f"only 2-D pooling is native (input rank {len(x)})")
         kernel = tuple(int(k) for k in self.attrs["kernel_shape"])
-        strides, dilations = _ints(self.attrs, "strides", 1), _ints(self.attrs, "dilations", 1)
-        begin, end = _pads(self.attrs, x[1:3], y[1:3], kernel, strides, dilations)
+        window, begin, end = spatial_window(self.attrs, kernel, x[1:3])
         n, h, w, c = x
-        geo = lib_pool.PoolGeometry(n, c, h, w, *kernel, *y[1:3], *strides, *dilations, *begin, *end)
+        geo = lib_pool.PoolGeometry(n, c, h, w, *kernel, *y[1:3], *window.strides, *window.dilations, *begin, *end)
         dtype = np_dtype(in_types[0].dtype)
         work = [(s, dtype) for s in lib_pool_nhwc.workspace(geo)]
         if self.reduce == "max":
