@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 
 import numpy as np
@@ -15,6 +16,16 @@ from tlc.ops.registry import Attr, OpDef, Trait
 from tlc.reference import run_graph
 
 TOLERANCE = {"float32": (2e-5, 2e-6), "float64": (1e-12, 1e-13)}
+_LLVM_SCALAR = {"float32": "float", "float64": "double"}
+
+
+def vectorized(ir: str, dtype: str) -> bool:
+    """Whether LLVM IR holds vector arithmetic on ``dtype`` (at least 128 bits wide: 4 floats, 2 doubles).
+
+    The width is the host's (8 floats with AVX2, 16 with AVX-512), so the test asks for any vector width.
+    """
+    lanes = [int(n) for n in re.findall(rf"<(\d+) x {_LLVM_SCALAR[dtype]}>", ir)]
+    return any(n * np.dtype(dtype).itemsize >= 16 for n in lanes)
 
 
 def random_array(rng: np.random.Generator, shape, dtype: str, scale: float = 2.0) -> np.ndarray:

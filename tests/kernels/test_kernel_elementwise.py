@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_helpers import check_against_reference, compile_for, random_array
+from kernel_helpers import check_against_reference, compile_for, random_array, vectorized
 
 from tlc.errors import CompileError, ShapeMismatchError
 from tlc.ir import Graph, TensorType
@@ -94,7 +94,7 @@ def test_in_place_output_is_an_input(kcache):
     np.testing.assert_allclose(x, want, rtol=2e-5, atol=2e-6)
     in_place = next(m for v, m in kernel._variants.items() if v.alias == (0,))
     # one array read and written at one index: vectorized without a dependence check
-    assert "<8 x float>" in "\n".join(in_place.kernel_serial.inspect_llvm().values())
+    assert vectorized("\n".join(in_place.kernel_serial.inspect_llvm().values()), "float32")
     # an output overlapping an input without being it: the input is copied first
     buf = random_array(rng, (301, 64), "float32")
     xin = buf[1:]
@@ -119,7 +119,7 @@ def test_large_input_runs_the_parallel_variant(kcache):
     module = next(iter(kernel._variants.values()))
     assert module.kernel_parallel.signatures  # compiled on first use
     ir = "\n".join(module.kernel_parallel.inspect_llvm().values())
-    assert "<8 x float>" in ir
+    assert vectorized(ir, "float32")
 
 
 def test_fast_math_option_reaches_the_decorator(kcache):
@@ -140,7 +140,7 @@ def test_inner_loop_vectorizes(kcache):
     kernel = compile_for(body, "elementwise", kcache)
     module = next(iter(kernel._variants.values()))
     ir = "\n".join(module.kernel_serial.inspect_llvm().values())
-    assert "<8 x float>" in ir
+    assert vectorized(ir, "float32")
 
 
 # ---------------------------------------------------------------------------- every op and primitive

@@ -12,13 +12,13 @@ from functools import cache
 
 import numpy as np
 import pytest
+from kernel_helpers import vectorized
 from numba import njit
 
 from tlc.kernels import mathlib as ml
 
 FUNCTIONS = ("exp", "log", "tanh", "erf", "sigmoid")
 SUFFIX = {np.float32: "f32", np.float64: "f64"}
-VECTOR = {np.float32: "<8 x float>", np.float64: "<4 x double>"}
 
 
 @cache
@@ -116,7 +116,7 @@ def test_loop_vectorizes(name, dtype):
     x = np.ones(8, dtype)
     run(x, x.copy())
     ir = "\n".join(run.inspect_llvm().values())
-    assert VECTOR[dtype] in ir
+    assert vectorized(ir, np.dtype(dtype).name)
     calls = set(re.findall(r"call [^@]*@([\w.]+)", ir))
     assert not {c for c in calls if c.startswith(("exp", "log", "tanh", "erf"))}  # no libm calls
 
@@ -186,7 +186,12 @@ def test_pow_f32_special_cases_match_numpy_and_accuracy():
     run(a, b, out)
     with np.errstate(all="ignore"):
         want = np.power(a, b)
-    np.testing.assert_array_equal(out, want)
+        exact = np.power(a.astype(np.longdouble), b.astype(np.longdouble))
+    # special results (inf, nan, zeros, exact powers) exactly as numpy; other finite results within the ulp
+    # bound of the exact power (numpy's own float32 pow is not correctly rounded on AVX-512 hosts: 3 ** 0.5)
+    special = ~np.isfinite(want) | (want == 0) | np.isin(np.abs(a), [0.0, 1.0]) | np.isin(b, [0.0, 1.0])
+    np.testing.assert_array_equal(out[special], want[special])
+    assert ulp_errors(out[~special], exact[~special]).max() <= ml.ERROR_BOUNDS_ULP["pow"]
     assert np.array_equal(np.signbit(out[~np.isnan(want)]), np.signbit(want[~np.isnan(want)]))
     rng = np.random.default_rng(5)
     x = (np.abs(rng.standard_normal(300_000)) * 10).astype(np.float32)

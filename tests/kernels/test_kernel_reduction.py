@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_helpers import check_against_reference, compile_for, random_array, stand_in_ops
+from kernel_helpers import check_against_reference, compile_for, random_array, stand_in_ops, vectorized
 
 from tlc.errors import CompileError
 from tlc.ir import Graph
@@ -59,7 +59,7 @@ def test_decomposed_layer_norm(kcache, dtype, with_pow):
     assert sched.npasses == 3  # sum x | sum (x - mean)^2 | write
     assert "ml.pow_f32" not in kernel.source  # Pow(d, 2) is d * d
     ir = "\n".join(next(iter(kernel._variants.values())).kernel_serial.inspect_llvm().values())
-    assert ("<8 x float>" if dtype == "float32" else "<4 x double>") in ir
+    assert vectorized(ir, dtype)
 
 
 def test_softmax_and_log_softmax_are_stable_and_handle_inf_and_nan(kcache):
