@@ -33,8 +33,8 @@ def reference_runner(graph: tlc.Graph) -> Callable[[Mapping[str, np.ndarray]], d
 class CompiledRunner:
     """``tlc.compile(graph, opt_level=..., jit=...)``, then ``Plan.run``.
 
-    With ``strict_jit`` a fused group that fails to compile (the plan would run its body on the reference path
-    and warn) is a failure of the case: the point is to test generated kernels, not the fallback.
+    With ``strict_jit`` a kernel that fails to compile (the plan would run the step's fallback and warn) is a
+    failure of the case: the point is to test generated kernels, not the fallback.
     """
 
     opt_level: int = 2
@@ -53,11 +53,10 @@ class CompiledRunner:
             plan = tlc.compile(graph, opt_level=self.opt_level, jit=self.jit, cache_dir=self.cache_dir)
         if self.on_plan is not None:
             self.on_plan(plan)
-        failed = [g for g in plan.groups if g.status == "failed"]
+        failed = [job for job in plan.jobs if job.status == "failed"]
         if failed and self.strict_jit:
-            raise tlc.CompileError(f"fused group {failed[0].name!r} ({failed[0].kind}) was not compiled: "
-                                   f"{failed[0].reason}" + (f" (+{len(failed) - 1} other)" if len(failed) > 1
-                                                            else ""))
+            raise tlc.CompileError(f"kernel of {failed[0].name} was not compiled: {failed[0].reason}"
+                                   + (f" (+{len(failed) - 1} other)" if len(failed) > 1 else ""))
         return plan.run
 
 

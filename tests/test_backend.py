@@ -116,7 +116,8 @@ def test_prepare_compiles_a_plan_by_default_and_the_reference_on_request():
     rep = tlc.backend.prepare(_model())
     assert isinstance(rep.plan, tlc.Plan)
     assert (rep.plan.options.opt_level, rep.plan.options.jit) == (2, "eager")
-    assert [(g.kind, g.status) for g in rep.plan.groups] == [("elementwise", "native")]  # Mul+Relu, generated
+    fused = [(s.op, s.mode) for s in rep.plan.stats().steps if s.op.startswith("tlc.Fused")]
+    assert fused == [("tlc.Fused[elementwise]", "native")]  # Mul+Relu, generated
     compiled = rep.run([a, b])
     reference = tlc.backend.prepare(_model(), executor="reference")
     assert reference.plan is None
@@ -129,7 +130,7 @@ def test_prepare_compiles_a_plan_by_default_and_the_reference_on_request():
 def test_prepare_passes_compile_options_and_refuses_bad_ones():
     rep = tlc.backend.prepare(_model(), opt_level=0, jit="off", num_threads=1)
     assert (rep.plan.options.opt_level, rep.plan.options.jit, rep.plan.options.num_threads) == (0, "off", 1)
-    assert rep.plan.groups == []  # -O0 fuses nothing
+    assert [s.op for s in rep.plan.stats().steps] == ["Mul", "Relu"]  # -O0 fuses nothing
     (z,) = tlc.backend.run_node(helper.make_node("Neg", ["x"], ["z"]), [np.ones(3, np.float32)], opt_level=3)
     np.testing.assert_array_equal(z, -np.ones(3, np.float32))
     with pytest.raises(tlc.BackendError, match="unknown executor 'numpy'; expected one of compiled, reference"):

@@ -68,7 +68,8 @@ def _run(case, runner) -> tuple[str, str]:
 @pytest.mark.parametrize("opt_level", LEVELS)
 def test_node_case_subset_passes_as_compiled_plans(opt_level):
     kinds: list[str] = []
-    runner = CompiledRunner(opt_level=opt_level, on_plan=lambda plan: kinds.extend(g.kind for g in plan.groups))
+    runner = CompiledRunner(opt_level=opt_level, on_plan=lambda plan: kinds.extend(
+        s.op[len("tlc.Fused["):-1] for s in plan.stats().steps if s.op.startswith("tlc.Fused")))
     failures = []
     for name in SUBSET:
         case = _case(name)
@@ -83,16 +84,14 @@ def test_node_case_subset_passes_as_compiled_plans(opt_level):
 
 def test_a_group_that_fails_to_compile_fails_the_case(monkeypatch):
     """strict_jit: a group left on the reference path is a failure with the reason, not a silent pass."""
-    from tlc.runtime import fused
+    from tlc.runtime import native
 
-    def broken():
-        def compile_fn(*args, **kwargs):
-            raise tlc.CompileError("no kernels today")
-        return compile_fn, None
+    def broken(*args, **kwargs):
+        raise tlc.CompileError("no kernels today")
 
-    monkeypatch.setattr(fused, "codegen", broken)
+    monkeypatch.setattr(native, "compile_group", broken)
     status, reason = _run(_case("test_relu"), CompiledRunner())
-    assert status == "fail" and reason.startswith("compile: CompileError: fused group") and "no kernels today" in reason
+    assert status == "fail" and reason.startswith("compile: CompileError: kernel of") and "no kernels today" in reason
     assert _run(_case("test_relu"), CompiledRunner(strict_jit=False)) == (PASS, "")
 
 
@@ -125,8 +124,9 @@ def test_row_ops_fuse_only_when_they_have_a_row_form(op, attrs, axes, grouped, t
         plan = tlc.compile(g, opt_level=2, jit="eager", cache_dir=str(tmp_path))
     feeds = {"x": np.random.default_rng(0).random((4, 8), dtype=np.float32) + 0.5}
     np.testing.assert_allclose(plan.run(feeds)["y"], tlc.reference.run(g, feeds)["y"], rtol=1e-5, atol=1e-6)
-    want = [("reduction", "native")] if grouped else []
-    assert [(group.kind, group.status) for group in plan.groups] == want, [group.reason for group in plan.groups]
+    want = [("tlc.Fused[reduction]", "native")] if grouped else []
+    fused = [(s.op, s.mode) for s in plan.stats().steps if s.op.startswith("tlc.Fused")]
+    assert fused == want, [s.reason for s in plan.stats().steps]
 
 
 # ---------------------------------------------------------------------------- slow: models
@@ -148,7 +148,8 @@ def _compiled(graph: tlc.Graph, opt_level: int, key: str) -> tlc.Plan:
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)   # a group left on the reference path warns: fail on it
         plan = tlc.compile(graph, opt_level=opt_level, jit="eager")
-    assert all(group.status == "native" for group in plan.groups), [g.reason for g in plan.groups]
+    assert all(job.status == "ready" for job in plan.jobs), [job.reason for job in plan.jobs]
+    assert plan.stats().totals["reference_steps"] == 0, [s for s in plan.stats().steps if s.mode == "reference"]
     return plan
 
 
@@ -208,5 +209,6 @@ def _bench_case(name: str) -> tuple[tlc.Graph, dict[str, np.ndarray], dict[str, 
 def test_benchmark_model_compiled_matches_reference(name, opt_level):
     graph, feeds, want = _bench_case(name)
     plan = _compiled(graph, opt_level, name)
-    assert plan.groups, "the benchmark models all have fusible regions"
+    fused = [s for s in plan.stats().steps if s.op.startswith("tlc.Fused")]
+    assert fused, "the benchmark models all have fusible regions"
     _assert_close(plan.run(feeds), want)

@@ -116,15 +116,19 @@ def test_compiled_plan_runs_and_no_model_string_reaches_generated_source(hostile
     cache = tmp_path / "kernels"
     plan = tlc.compile(graph, opt_level=opt_level, jit="eager", cache_dir=str(cache))  # optimizes, then compiles
     # the payload travels into the bodies the code generator reads (node and input names)
-    assert all(any(text in node.name for node in group.body.nodes()) for group in plan.groups)
-    kinds = sorted(group.kind for group in plan.groups)
+    groups = [st.node for st in plan.program.steps if st.label.startswith("tlc.Fused")]
+    assert all(any(text in node.name for node in group.attrs["body"].nodes()) for group in groups)
+    kernels = [job.result for job in plan.jobs if hasattr(job.result, "source")]
+    kinds = sorted(kernel.kind for kernel in kernels)
     assert kinds == ["epilogue", "reduction"], kinds  # MatMul..Sigmoid as one epilogue, Softmax as a row kernel
-    assert all(group.status == "native" for group in plan.groups), [g.reason for g in plan.groups]
+    assert all(job.status == "ready" for job in plan.jobs), [job.reason for job in plan.jobs]
     got = plan.run(feeds)
     _assert_matches([got[name] for name, _ in plan.outputs], want)
-    for group in plan.groups:
-        assert group.kernel.source.isascii(), f"kernel of {group.kind} group holds non-ASCII text"
-        _assert_clean(group.kernel.source, text, f"kernel source of the {group.kind} group")
+    sources = [(f"kernel of the {kernel.kind} group", kernel.source) for kernel in kernels]
+    sources.append(("the generated runner", plan.runner_source()))
+    for where, source in sources:
+        assert source.isascii(), f"{where} holds non-ASCII text"
+        _assert_clean(source, text, where)
     files = [p for p in cache.rglob("*") if p.is_file()]
     assert any(p.suffix == ".py" for p in files) and any(p.suffix == ".nbi" for p in files), files
     for path in files:
@@ -138,13 +142,13 @@ def test_cuda_source_of_the_hostile_groups_holds_no_model_string(hostile, tmp_pa
     cuda = pytest.importorskip("numba.cuda")
     if not cuda.is_available():
         pytest.skip("no CUDA device and no simulator")
-    from tlc.kernels import KernelCache, compile_group
+    from tlc.kernels import KernelCache, compile_group, split_epilogue
 
     model, text, sentinel = hostile
     graph, _ = from_onnx(model)
     plan = tlc.compile(graph, opt_level=2, jit="off")
-    (epilogue,) = [g for g in plan.groups if g.kind == "epilogue"]
-    body = epilogue.split.elementwise                        # Relu, Mul, Tanh, Sigmoid after the Gemm
+    (epilogue,) = [st.node for st in plan.program.steps if st.label == "tlc.Fused[epilogue]"]
+    _, body = split_epilogue(epilogue.attrs["body"])         # Relu, Mul, Tanh, Sigmoid after the Gemm
     assert any(text in node.name for node in body.nodes())
     kernel = compile_group(body, "elementwise", [n.output_types[0] for n in body.inputs], target="cuda",
                            cache=KernelCache(tmp_path / "cuda"))

@@ -53,6 +53,7 @@ def _executor(graph: Graph, device: str, executor: str = "compiled",
         return (lambda feeds: reference.run(graph, feeds)), None
     if executor != "compiled":
         raise BackendError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
+    compile_options.setdefault("jit", "eager")   # a backend runs each model a few times: kernels first
     plan = compile_plan(graph, target="cpu", **compile_options)
     return plan.run, plan
 

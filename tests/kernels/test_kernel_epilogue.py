@@ -1,14 +1,18 @@
-"""Epilogue groups: the split after the contraction (structure and numbers) and whole epilogue kernels."""
+"""Epilogue groups: the split after the contraction (structure and numbers) and their compiled functions."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
-from kernel_helpers import check_against_reference, compile_for, random_array
+from kernel_helpers import compile_for, random_array
 
 from tlc.errors import CompileError
-from tlc.ir import Graph
-from tlc.kernels import compile_group, epilogue_inputs, split_epilogue
+from tlc.ir import Graph, TensorType
+from tlc.kernels import KernelOptions, compile_group, epilogue_inputs, gemm, split_epilogue
+from tlc.kernels.cpu import Contraction
+from tlc.kernels.epilogue import EpilogueKernel
+from tlc.kernels.plan import build_plan, typed_body
 from tlc.reference import run_graph
 
 
@@ -61,17 +65,43 @@ def test_runtime_style_in_place_epilogue(kcache):
     np.testing.assert_allclose(out, run_graph(body, [x, w, bias, residual])[0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("with_constant_weight", [False, True])
-def test_epilogue_kernel_matches_reference(kcache, with_constant_weight):
-    body = matmul_bias_relu_residual(with_constant_weight)
-    kernel = compile_for(body, "epilogue", kcache)
-    assert kernel.kind == "epilogue"
+GEMM_PART = Contraction("tlc.kernels.gemm", "gemm_part", before=2, after=3)
+
+
+def epilogue_kernel(body: Graph, rows: int, kcache, parallel: bool, in_place: bool) -> EpilogueKernel:
+    _, rest = split_epilogue(body)
+    types = [n.output_types[0] for n in rest.inputs]
+    types = [TensorType(t.dtype, tuple(rows if d == "N" else d for d in t.shape)) for t in types]
+    t = numba.types
+    f32 = t.Array(t.float32, 2, "C")
+    contraction_types = (f32, f32, f32, t.int64[:, ::1], t.float64, t.boolean)
+    plan = build_plan(typed_body(rest, types), "elementwise")
+    return EpilogueKernel(plan, KernelOptions(), kcache, GEMM_PART, contraction_types, parallel,
+                          alias=(0,) if in_place else None)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_epilogue_kernel_runs_each_part_then_its_epilogue(kcache, parallel):
+    """The compiled epilogue function: BLAS parts by rows (epilogue on each part) or by columns (epilogue after
+    them all), in place in the product's buffer or into an output of its own, against the reference."""
+    body = matmul_bias_relu_residual(with_constant_weight=False)
     rng = np.random.default_rng(3)
-    inputs = [random_array(rng, (9, 32), "float32")]
-    if not with_constant_weight:
-        inputs.append(random_array(rng, (32, 16), "float32"))
-    inputs += [random_array(rng, (16,), "float32"), random_array(rng, (9, 16), "float32")]
-    check_against_reference(kernel, body, inputs, tolerance=(1e-5, 1e-5))
+    rows = 9
+    x, w = random_array(rng, (rows, 32), "float32"), random_array(rng, (32, 16), "float32")
+    bias, residual = random_array(rng, (16,), "float32"), random_array(rng, (rows, 16), "float32")
+    (want,) = run_graph(body, [x, w, bias, residual])
+    offs = gemm.batch_offsets(x.shape, x.strides, w.shape, w.strides, (rows, 16), 4)
+    for in_place in (True, False):
+        kernel = epilogue_kernel(body, rows, kcache, parallel, in_place)
+        assert kernel.kind == "epilogue" and "cm.gemm_part" in kernel.source
+        dims = np.asarray(kernel.layout.dims((rows, 16), [(rows, 16), (16,), (rows, 16)]), np.int64)
+        for nparts, cols in [(1, False), (3, False), (2, True)]:
+            acc = np.full((rows, 16), np.nan, np.float32)
+            out = acc if in_place else np.full((rows, 16), np.nan, np.float32)
+            outs = () if in_place else (out.reshape(-1),)
+            kernel.function(dims, rows * 16, nparts, 0, cols, x, w, acc, offs, 1.0, cols, acc.reshape(-1), bias,
+                            residual.reshape(-1), *outs)
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
 
 
 def test_epilogue_needs_a_leading_contraction(kcache):
@@ -79,4 +109,6 @@ def test_epilogue_needs_a_leading_contraction(kcache):
     x = g.input("x", "float32", (4, 4))
     g.output(g.add_node("MatMul", [g.add_node("Relu", [x]), x]), "y")
     with pytest.raises(CompileError, match="contraction"):
+        split_epilogue(g)
+    with pytest.raises(CompileError, match="epilogue"):
         compile_group(g, "epilogue", [n.output_types[0] for n in g.inputs], cache=kcache)

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tlc
 from tlc.io.onnx import from_onnx
+from tlc.kernels import split_epilogue
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -33,7 +34,16 @@ def compare(onnx_model, feeds: dict[str, np.ndarray], rtol=1e-4, atol=1e-4) -> t
 
 
 def epilogue_steps(plan) -> list:
-    return [g for g in plan.groups if g.kind == "epilogue"]
+    """Per native epilogue step: (its contraction body, its elementwise body), as the runtime cut them."""
+    stats = plan.stats().steps
+    steps = [st for st in plan.program.steps if st.label == "tlc.Fused[epilogue]"]
+    assert all(stats[st.index].mode == "native" for st in steps), [stats[st.index].reason for st in steps]
+    return [split_epilogue(st.node.attrs["body"]) for st in steps]
+
+
+def contraction_arity(split) -> int:
+    contraction, _ = split
+    return len(contraction.inputs_of(contraction.ops()[0]))
 
 
 @pytest.mark.parametrize("residual", [False, True])
@@ -48,10 +58,9 @@ def test_conv_bias_relu_moves_the_bias_into_the_kernel(rng, residual):
     nodes.append(helper.make_node("Relu", ["s" if residual else "c"], ["y"]))
     feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in inputs.items()}
     plan = compare(model(nodes, inputs, (2, 6, 7, 5), {"w": w, "b": b}), feeds)
-    (group,) = epilogue_steps(plan)
-    assert group.status == "native"
-    assert len(group.split.contraction.inputs_of(group.split.node)) == 2   # Conv(x, w): the bias moved
-    assert [n.op for n in group.split.elementwise.ops()][:1] == ["Add"]
+    (split,) = epilogue_steps(plan)
+    assert contraction_arity(split) == 2   # Conv(x, w): the bias moved
+    assert [n.op for n in split[1].ops()][:1] == ["Add"]
 
 
 @pytest.mark.parametrize("c_shape", [(5,), (3, 1), (3, 5), ()], ids=str)
@@ -63,8 +72,8 @@ def test_gemm_c_with_beta_moves_into_the_kernel(rng, c_shape):
     plan = compare(model(nodes, {"x": (4, 3)}, (3, 5), {"a": rng.standard_normal((4, 5)).astype(np.float32),
                                                          "c": c}),
                    {"x": a})
-    (group,) = epilogue_steps(plan)
-    assert len(group.split.contraction.inputs_of(group.split.node)) == 2
+    (split,) = epilogue_steps(plan)
+    assert contraction_arity(split) == 2
 
 
 def test_gemm_with_zero_beta_keeps_c_out(rng):
@@ -74,26 +83,8 @@ def test_gemm_with_zero_beta_keeps_c_out(rng):
     plan = compare(model(nodes, {"x": (2, 4)}, (2, 3), {"b": rng.standard_normal((4, 3)).astype(np.float32),
                                                         "c": c}),
                    {"x": rng.standard_normal((2, 4)).astype(np.float32)})
-    (group,) = epilogue_steps(plan)
-    assert len(group.split.contraction.inputs_of(group.split.node)) == 3
-
-
-def test_profile_splits_an_epilogue_step_into_its_parts(rng):
-    nodes = [helper.make_node("Gemm", ["x", "a", "c"], ["g"]), helper.make_node("Relu", ["g"], ["y"])]
-    onnx_model = model(nodes, {"x": (8, 6)}, (8, 5), {"a": rng.standard_normal((6, 5)).astype(np.float32),
-                                                      "c": rng.standard_normal(5).astype(np.float32)})
-    plan = compare(onnx_model, {"x": rng.standard_normal((8, 6)).astype(np.float32)})
-    for _ in range(3):
-        plan.run({"x": rng.standard_normal((8, 6)).astype(np.float32)}, profile=True)
-    prof = plan.profile()
-    parts = {r["part"]: r for r in prof.part_summary()}
-    assert set(parts) == {"contraction (Gemm)", "elementwise kernel"}
-    assert all(r["calls"] == 3 and r["op"] == "tlc.Fused[epilogue]" for r in parts.values())
-    (step,) = [s for s in prof.step_totals() if s["kind"] == "fused-epilogue"]
-    assert sum(r["total_ms"] for r in parts.values()) <= step["total_ms"]
-    assert "part of tlc.Fused[epilogue]" in prof.table()
-    trace = [e for e in prof.chrome_trace()["traceEvents"] if e.get("cat") == "part"]
-    assert len(trace) == 6 and {e["args"]["step"] for e in trace} == {step["step"]}
+    (split,) = epilogue_steps(plan)
+    assert contraction_arity(split) == 3
 
 
 def attention_scores(extra_reader: str | None = None):
@@ -144,12 +135,13 @@ def test_eager_jit_compiles_the_in_place_variant_the_plan_runs(rng):
     onnx_model = model(nodes, {"x": (4, 8)}, (4, 8), inits)
     graph, _ = from_onnx(onnx_model)
     plan = tlc.compile(graph, opt_level=2, jit="eager")
-    (state,) = [g for g in plan.groups if g.kind == "elementwise"]
-    (spec,) = plan._specs.values()
-    assert [t for t, _, _ in spec.memory.inplace] == [1]
-    assert [v.alias for v in state.kernel._variants] == [(0,)]
+    (spec,) = plan.specializations()
+    (group,) = [a for a in spec.active if a.step.label == "tlc.Fused[elementwise]"]
+    assert [spec.active[t].step for t, _, _ in spec.memory.inplace] == [group.step]
+    kernel = group.job.result
+    assert [v.alias for v in kernel._variants] == [(0,)]
     compare(onnx_model, {"x": rng.standard_normal((4, 8)).astype(np.float32)})
     x = rng.standard_normal((4, 8)).astype(np.float32)
     want = np.tanh(np.concatenate([x, x], axis=1)) * 2 @ inits["w"]
     np.testing.assert_allclose(plan.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
-    assert [v.alias for v in state.kernel._variants] == [(0,)]
+    assert [v.alias for v in kernel._variants] == [(0,)]

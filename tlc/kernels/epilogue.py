@@ -1,10 +1,10 @@
 """Epilogue groups: a contraction (MatMul, Gemm, Conv) followed by elementwise work on its result.
 
-The runtime computes the contraction itself (BLAS, conv) into the output buffer and then applies the rest in
-place with an elementwise kernel. ``split_epilogue`` cuts the body for it: the contraction body reads the
-body's inputs (names kept) and the elementwise body takes the contraction's result as its input 0 (named
-``contraction``), followed by the other body inputs it uses (names kept, original order). ``EpilogueKernel``
-runs a whole epilogue group that way, with the contraction from the op registry's reference implementation.
+``split_epilogue`` cuts the body in two: the contraction body reads the body's inputs (names kept) and the
+elementwise body takes the contraction's result as its input 0 (named ``contraction``), followed by the other
+body inputs it uses (names kept, original order). ``EpilogueKernel`` compiles the native function of a whole
+group: a library routine computes the contraction in parts (``tlc.kernels.gemm``, the conv family) and the
+elementwise part follows each part on the same thread, over the range that part wrote, while it is in cache.
 
 The contraction's additive bias (Conv's B, Gemm's C) moves into the elementwise body, where it costs nothing
 (the kernel passes over the result anyway) instead of a pass of its own after BLAS. A moved bias input keeps
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 from ..errors import CompileError
@@ -24,8 +25,9 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import Trait, opdef_of
 from .cache import KernelCache
+from .cpu import Contraction, Variant
 from .kernel import Kernel, KernelOptions
-from .plan import build_plan, typed_body
+from .plan import KernelPlan
 
 
 def _contraction(body: Graph) -> Node:
@@ -178,41 +180,30 @@ def _free_output_name(g: Graph, name: str) -> str:
 
 
 class EpilogueKernel(Kernel):
-    """A whole epilogue group: the registry's contraction, then the compiled elementwise rest."""
+    """An epilogue group's native function: its contraction run in parts by a library routine
+    (``contraction``), each part followed on the same thread by the elementwise ``plan`` over the range it wrote.
 
-    def __init__(
-        self,
-        body: Graph,
-        input_types: Sequence[TensorType],
-        options: KernelOptions,
-        cache: KernelCache,
-        target: str = "cpu",
-    ):
-        typed = typed_body(body, list(input_types))
-        self._head = _contraction(typed)
-        _, self._rest_inputs = epilogue_inputs(typed)
-        position = {n.id: i for i, n in enumerate(typed.inputs)}
-        contraction, rest = split_epilogue(typed)
-        # per contraction input port: a body input position, a constant array, or None (absent)
-        self._head_args: list[int | np.ndarray | None] = [
-            None if v is None else position.get(v.node, typed.const_value(v))
-            for v in typed.inputs_of(self._head)[: len(contraction.inputs_of(contraction.ops()[0]))]
-        ]
-        # trailing 1-dims a moved bias gets (see the module docstring)
-        self._expand = [len(n.output_types[0].shape) - len(typed.inputs[i].output_types[0].shape)
-                        for i, n in zip(self._rest_inputs, rest.inputs[1:], strict=True)]
-        self._opdef = opdef_of(self._head)
-        rest_types = [n.output_types[0] for n in rest.inputs]
-        super().__init__(build_plan(typed_body(rest, rest_types), "elementwise"), options, cache, target)
+    Built for static shapes. ``contraction_types``: Numba types of the contraction's arrays and scalars as the
+    caller passes them (``c0.., acc, x0..``; see ``tlc.kernels.cpu._render_epilogue_module``); ``parallel``:
+    whether the caller runs it in parts on Numba's pool (``run_parallel``) or on its own thread (``run_serial``).
+    ``function`` is the compiled entry point.
+    """
+
+    def __init__(self, plan: KernelPlan, options: KernelOptions, cache: KernelCache, contraction: Contraction,
+                 contraction_types: Sequence, parallel: bool, alias: tuple[int, ...] | None = None):
+        self.contraction = contraction
+        self.contraction_types = tuple(contraction_types)
+        self.parallel = parallel
+        super().__init__(plan, options, cache, "cpu", alias=alias)
         self.kind = "epilogue"
-        self.contraction_body = contraction
+        module = next(iter(self._variants.values()))
+        self.function = module.run_parallel if parallel else module.run_serial
 
-    def __call__(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
-        head_args = [inputs[a] if isinstance(a, int) else a for a in self._head_args]
-        product = self._opdef.run_reference(head_args, self._head.attrs)[0]
-        rest = [_expanded(np.asarray(inputs[i]), e) for i, e in zip(self._rest_inputs, self._expand, strict=True)]
-        super().__call__([np.asarray(product)] + rest, outputs)
+    def _variant(self, alias: tuple[int, ...]) -> Variant:
+        return Variant(self.layout, self.options.fast_math, alias, self.contraction)
 
-
-def _expanded(a: np.ndarray, extra: int) -> np.ndarray:
-    return a.reshape(a.shape + (1,) * extra) if extra else a
+    def _build(self, module, variant: Variant) -> bool:
+        fn = module.run_parallel if self.parallel else module.run_serial
+        scalars = (numba.types.int64,) * 3 + (numba.types.boolean,)
+        fn.compile(self._signature(variant)[:1] + scalars + self.contraction_types + self._signature(variant)[1:])
+        return bool(sum(fn.stats.cache_hits.values()))

@@ -68,7 +68,7 @@ class Kernel:
         self._parallel_first = static and self._parallel_wanted(math.prod(full))
         first = tuple(alias) if alias is not None and plan.kind == "elementwise" else (-1,) * len(plan.outputs)
         start = time.perf_counter()
-        module, self.cache_hit = self._compile(Variant(self.layout, options.fast_math, first))
+        module, self.cache_hit = self._compile(self._variant(first))
         self.compile_seconds = time.perf_counter() - start
         self.source: str = module.__tlc_source__
         self.name = f"{self.kind}_{module.__tlc_key__[:12]}"
@@ -102,6 +102,9 @@ class Kernel:
         return module, hit
 
     # the target's part: source of a variant, compiling its module, running it -----------------------
+    def _variant(self, alias: tuple[int, ...]) -> Variant:
+        return Variant(self.layout, self.options.fast_math, alias)
+
     def _render(self, variant: Variant) -> str:
         return render_module(self.plan, variant)
 
@@ -206,6 +209,29 @@ class Kernel:
             if self.plan.kind == "elementwise" and all(layout.flags[k]) and any(s == tuple(o) for o in output_shapes)
         ]
         return Launcher(self, layout, dims, not serial and self._parallel_wanted(total), in_place)
+
+    def entry(
+        self,
+        input_shapes: Sequence[tuple[int, ...]],
+        output_shapes: Sequence[tuple[int, ...]],
+        alias: tuple[int, ...],
+    ) -> tuple[object, np.ndarray]:
+        """The compiled function a caller that owns its buffers runs for these shapes, and its ``dims`` argument.
+
+        It takes ``(dims, *flat_inputs, *flat_constants, *flat_outputs)``, outputs ``m`` with ``alias[m] >= 0``
+        left out (computed into input ``alias[m]``); all arrays 1-D and C-contiguous. Compiled here if needed,
+        so the caller's first run pays nothing."""
+        launcher = self.launcher(input_shapes, output_shapes)
+        fn = launcher._function(tuple(alias))
+        variant = Variant(launcher.layout, self.options.fast_math, tuple(alias))
+        if not fn.signatures:
+            fn.compile(self._signature(variant))
+        return fn, launcher.dims
+
+    @property
+    def constant_arrays(self) -> list[np.ndarray]:
+        """The flat constant operands ``entry``'s function takes after the inputs."""
+        return [a.reshape(-1) for a in self._constant_arrays]
 
     def _parallel_wanted(self, total: int) -> bool:
         threads = self.options.num_threads or numba.config.NUMBA_NUM_THREADS
@@ -334,8 +360,9 @@ def compile_group(
             raise CompileError(f"the cuda target compiles elementwise groups only, not {kind!r} groups")
         return CudaKernel(build_plan(typed_body(body, list(input_types)), kind), options, cache)
     if kind == "epilogue":
-        from .epilogue import EpilogueKernel
-
-        return EpilogueKernel(body, list(input_types), options, cache)
+        raise CompileError(
+            "an epilogue group is compiled from its parts: split_epilogue(body), then an EpilogueKernel of the "
+            "elementwise part driving a library contraction (the runtime does this per input shape)"
+        )
     typed = typed_body(body, list(input_types))
     return Kernel(build_plan(typed, kind), options, cache, target, alias=alias)

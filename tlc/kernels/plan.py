@@ -214,7 +214,7 @@ def _constant(b: PlanBuilder, node: Node) -> None:
     else:  # a small broadcast constant: passed to the kernel as an extra operand, never written into source
         index = len(b.plan.operands)
         b.plan.operands.append(Operand(dtype, tuple(value.shape)))
-        b.plan.constants[index] = np.ascontiguousarray(value)
+        b.plan.constants[index] = np.array(value, order="C")  # writeable: Numba types read-only arrays apart
         b.var_of[out] = _load(b, index, dtype)
 
 

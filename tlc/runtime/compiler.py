@@ -1,4 +1,4 @@
-"""``tlc.compile``: optimize a graph with the pass pipeline, lower it to a ``Plan`` and (eager JIT) compile it."""
+"""``tlc.compile``: optimize a graph with the pass pipeline and lower it to a ``Plan`` (which compiles its kernels)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ from .options import CompileOptions
 from .plan import Plan
 
 
-def compile(graph: Graph | str | os.PathLike, target: str = "cpu", opt_level: int = 2, jit: str = "eager",
+def compile(graph: Graph | str | os.PathLike, target: str = "cpu", opt_level: int = 2, jit: str = "auto",
             num_threads: int | None = None, passes: str | list[str] | None = None, fast_math: bool = False,
             hot_threshold: int = 5, cache_dir: str | None = None, **options: object) -> Plan:
     """Compile ``graph`` (or a model file) for ``target``; the caller's graph is never changed.
 
-    ``jit``: "eager" compiles every fused group now, "lazy" compiles a group in the background once it has run
-    ``hot_threshold`` times, "off" runs reference and library kernels only. ``num_threads`` (None: every core)
-    governs Numba's and BLAS's threads. ``cache_dir`` (default: $TLC_CACHE_DIR or the kernel cache's own) is
-    where compiled kernels are kept. Further keywords are ``CompileOptions`` fields.
+    ``jit``: "auto" compiles native kernels on a background thread while the plan runs their fallbacks, "eager"
+    compiles every kernel now, "lazy" once the plan has run ``hot_threshold`` times, "off" never (numpy and
+    reference steps only). ``num_threads`` (None: every core) is the size of the pool that runs parallel steps.
+    ``cache_dir`` (default: $TLC_CACHE_DIR or the kernel cache's own) is where compiled kernels are kept.
+    Further keywords are ``CompileOptions`` fields.
     """
     opts = CompileOptions.from_env(target=target, opt_level=opt_level, jit=jit, num_threads=num_threads,
                                    passes=passes, fast_math=fast_math, hot_threshold=hot_threshold,
@@ -42,8 +43,6 @@ def compile_with_options(graph: Graph, options: CompileOptions) -> Plan:
     passes_ms = (time.perf_counter() - start) * 1e3
     plan = Plan(optimized, options, {"passes_ms": passes_ms})
     plan.pass_report = report
-    if options.jit == "eager":
-        plan.compile_groups()
     return plan
 
 

@@ -1,55 +1,124 @@
-"""How one step computes: the ``Impl`` interface and the generic implementations (reference, view, ufunc).
+"""How one step computes: the ``StepImpl`` interface, what it is told when bound (``BindContext``), and the
+reference implementation every other one falls back to.
 
-An ``Impl`` is chosen per node when a graph is lowered (shape-independent); ``bind`` specialises it to the
-concrete types of one input-shape signature and returns a ``Bound``: the function the executor calls and the
-scratch arrays it needs. The function has one signature for every kind of step::
-
-    fn(inputs: list[ndarray | None], outputs: list[ndarray | None], work: list[ndarray]) -> list[ndarray]
-
-Library and native kernels write into ``outputs`` (preallocated, C-contiguous) and return them; reference and
-view steps ignore ``outputs`` and return arrays of their own (``writes_outputs`` is False), which the memory
-planner treats as possibly aliasing their inputs.
+A ``StepImpl`` is chosen per node when a graph is lowered (shape-independent; ``ops.CPU_OPS`` says which);
+``bind(ctx)`` specialises it to the concrete types of one input-shape signature and returns a ``bound.Bound``
+(or raises ``NotNative`` with a reason, and the step runs its reference). Implementations write into the
+planned, C-contiguous output arrays they are given, unless they say otherwise (``writes_outputs=False``:
+views, and the reference, whose results the memory planner treats as possibly aliasing their inputs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..ir.graph import Node
 from ..ir.types import TensorType, np_dtype
-from ..ops import Trait, expr, opdef_of
+from ..ops import opdef_of
 from ..ops.window import Window, make_window
+from .bound import Bound, Call, NotNative, V, static_shapes
+from .options import CompileOptions
 
-StepFn = Callable[[list, list, list], list]
-
-
-class Bound(NamedTuple):
-    """A step specialised to concrete shapes: its function, its scratch arrays, what it chose (for stats)."""
-
-    fn: StepFn
-    workspace: list[tuple[tuple[int, ...], np.dtype]] = []
-    note: str = ""
-    alias: tuple[int, ...] | None = None   # a kernel's outputs written into its inputs, where the step decides
+RunNode = Callable[[Node, list], list]
 
 
-class NotNative(Exception):
-    """Raised by a library impl that cannot take this node or these shapes; the reason goes to ``stats()``."""
+@dataclass
+class BindContext:
+    """What a step is bound to: its node, value ids, concrete types, known values and strides."""
+
+    node: Node
+    attrs: dict[str, Any]                          # resolved attributes (schema defaults filled in)
+    inputs: tuple[int, ...]                        # value ids (an absent optional input: the program's "missing")
+    outputs: tuple[int, ...]
+    in_types: list[TensorType | None]
+    out_types: list[TensorType | None]
+    known: dict[int, np.ndarray]                   # value id -> its value, where fixed for this signature
+    strides: dict[int, tuple[int, ...]]            # value id -> byte strides, for values that are strided views
+    options: CompileOptions
+    run_node: RunNode
+
+    def const(self, port: int) -> np.ndarray | None:
+        """The value of input ``port`` when it is fixed for this signature (a constant, or computed from shapes)."""
+        return self.known.get(self.inputs[port]) if port < len(self.inputs) else None
+
+    def require_const(self, port: int, what: str) -> np.ndarray:
+        value = self.const(port)
+        if value is None:
+            raise NotNative(f"{what} (input {port}) is not a constant")
+        return value
+
+    def contiguous(self, port: int) -> bool:
+        return self.inputs[port] not in self.strides
+
+    def in_shapes(self) -> list[tuple[int, ...] | None]:
+        return static_shapes(self.in_types, "input")
+
+    def out_shapes(self) -> list[tuple[int, ...] | None]:
+        return static_shapes(self.out_types, "output")
+
+    def out_dtype(self, k: int = 0) -> np.dtype:
+        return np_dtype(self.out_types[k].dtype)
+
+    @property
+    def threads(self) -> int:
+        return self.options.threads
 
 
-def static_shapes(types: list[TensorType | None], what: str) -> list[tuple[int, ...] | None]:
-    """The concrete shapes of ``types`` (None for a missing optional value); NotNative when one is not known."""
-    shapes: list[tuple[int, ...] | None] = []
-    for i, t in enumerate(types):
-        if t is None:
-            shapes.append(None)
-        elif not t.is_static:
-            raise NotNative(f"{what} {i} has no static shape ({t})")
-        else:
-            shapes.append(tuple(t.shape))
-    return shapes
+class StepImpl:
+    """One op's implementation on a target; subclasses implement ``bind``."""
+
+    mode = "library"          # library | native | view | reference (what stats() says while nothing is bound)
+    reason = ""               # what it does, for stats()
+
+    def bind(self, ctx: BindContext) -> Bound:
+        raise NotImplementedError
+
+    def accepts_strided(self, port: int) -> bool:
+        """Whether input ``port`` may be any strided view at no extra cost (a transpose then becomes a view)."""
+        return False
+
+
+def reference_outputs(run_node: RunNode, node: Node) -> Callable[..., list]:
+    """``fn(*inputs) -> outputs`` by the op's reference implementation (through the reference interpreter)."""
+    return lambda *ins: run_node(node, list(ins))
+
+
+def reference_into(run_node: RunNode, node: Node, num_inputs: int) -> Callable[..., None]:
+    """``fn(*inputs, *outputs)``: the op's reference implementation, its results copied into planned outputs
+    (the fallback of a native step while its kernel compiles, or after it failed to)."""
+
+    def fn(*arrays):
+        results = run_node(node, list(arrays[:num_inputs]))
+        for out, res in zip(arrays[num_inputs:], results):
+            if out.shape != np.shape(res):
+                raise ValueError(f"{node.qualified_op} gave shape {list(np.shape(res))}, planned {list(out.shape)}")
+            np.copyto(out, res)
+
+    return fn
+
+
+def fallback_calls(ctx: BindContext) -> list[Call]:
+    """The reference written into the planned outputs (see ``reference_into``)."""
+    fn = reference_into(ctx.run_node, ctx.node, len(ctx.inputs))
+    return [Call(fn, tuple(V(i) for i in ctx.inputs) + tuple(V(o) for o in ctx.outputs))]
+
+
+class ReferenceImpl(StepImpl):
+    """The op's numpy reference implementation from the registry, returning arrays of its own."""
+
+    mode = "reference"
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def bind(self, ctx: BindContext) -> Bound:
+        return Bound([Call(reference_outputs(ctx.run_node, ctx.node), tuple(V(i) for i in ctx.inputs),
+                           result=ctx.outputs, unpack=True)], mode="reference", note=self.reason,
+                     writes_outputs=False)
 
 
 def spatial_window(attrs: dict[str, Any], kernel: tuple[int, ...],
@@ -64,122 +133,5 @@ def spatial_window(attrs: dict[str, Any], kernel: tuple[int, ...],
     return window, begins, ends
 
 
-class Impl:
-    """One step's implementation. Subclasses set the flags and implement ``bind``."""
-
-    mode = "library"          # library | native | view | reference
-    reason = ""               # why this is not native (reference steps), or what was chosen
-    inplace = False           # elementwise: output i may reuse an input buffer that dies at this step
-    writes_outputs = True     # False: returns its own arrays (which may alias its inputs)
-
-    def bind(self, in_types: list[TensorType | None], out_types: list[TensorType | None]) -> Bound:
-        raise NotImplementedError
-
-    def accepts_strided(self, port: int) -> bool:
-        """Whether input ``port`` may be any strided view (e.g. a transpose) at no extra cost: the producer of
-        such an input may then hand over a view instead of copying (``lower.transposes_as_views``)."""
-        return False
-
-
-class ReferenceImpl(Impl):
-    """The op's numpy reference implementation from the registry, through the reference interpreter."""
-
-    mode = "reference"
-    writes_outputs = False
-
-    def __init__(self, node: Node, run_node: Callable[[Node, list], list], reason: str):
-        self.node = node
-        self.run_node = run_node
-        self.reason = reason
-
-    def bind(self, in_types, out_types) -> Bound:
-        node, run_node = self.node, self.run_node
-        return Bound(lambda ins, outs, work: run_node(node, ins))
-
-
-class ViewImpl(Impl):
-    """Reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity): a view of input 0, no copy."""
-
-    mode = "view"
-    writes_outputs = False
-
-    def bind(self, in_types, out_types) -> Bound:
-        (shape,) = static_shapes(out_types[:1], "output")
-        return Bound(lambda ins, outs, work: [ins[0].reshape(shape)])
-
-
-class TransposeViewImpl(Impl):
-    """Transpose as a strided view of its input, for consumers that read any strides (BLAS through np.matmul
-    takes a transposed matrix as it is): no copy."""
-
-    mode = "view"
-    writes_outputs = False
-    reason = "strided view (every consumer reads strides)"
-
-    def __init__(self, perm: tuple[int, ...] | None):
-        self.perm = perm
-
-    def bind(self, in_types, out_types) -> Bound:
-        perm = self.perm
-        return Bound(lambda ins, outs, work: [np.transpose(ins[0], perm)])
-
-
-#: scalar-expression primitives that are one numpy ufunc (``tlc.ops.expr`` names)
-_UFUNCS: dict[str, np.ufunc] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power, "max": np.maximum,
-    "min": np.minimum, "neg": np.negative, "abs": np.absolute, "sqrt": np.sqrt, "exp": np.exp, "log": np.log,
-    "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos,
-    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
-    "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor, "not": np.logical_not,
-}
-
-
-class UfuncImpl(Impl):
-    """An elementwise op whose scalar expression is one primitive: one numpy ufunc call into the output."""
-
-    mode = "library"
-    inplace = True
-
-    def __init__(self, ufunc: np.ufunc, operands: list[tuple[str, Any]]):
-        self.ufunc = ufunc
-        self.operands = operands   # ("arg", input index) or ("const", number)
-        self.reason = f"numpy {ufunc.__name__}"
-
-    def bind(self, in_types, out_types) -> Bound:
-        static_shapes(out_types, "output")
-        out_dtype = np_dtype(out_types[0].dtype)
-        arg_dtypes = [np_dtype(in_types[v].dtype) if kind == "arg" else None for kind, v in self.operands]
-        dtype_of_consts = next((d for d in arg_dtypes if d is not None), out_dtype)
-        try:
-            resolved = self.ufunc.resolve_dtypes(
-                tuple(d if d is not None else dtype_of_consts for d in arg_dtypes) + (None,))
-        except (TypeError, ValueError) as exc:
-            raise NotNative(f"numpy {self.ufunc.__name__} does not take these dtypes: {exc}") from None
-        # NOTE: this also keeps integer Div off numpy (true division gives floats; ONNX truncates).
-        if resolved[-1] != out_dtype or any(d is not None and r != d for d, r in zip(arg_dtypes, resolved)):
-            raise NotNative(f"numpy {self.ufunc.__name__} would compute in {resolved[-1]}, not {out_dtype}")
-        ufunc = self.ufunc
-        consts = {i: dtype_of_consts.type(v) for i, (kind, v) in enumerate(self.operands) if kind == "const"}
-        picks = [(kind == "arg", v) for kind, v in self.operands]
-
-        def fn(ins, outs, work):
-            args = [ins[v] if is_arg else consts[i] for i, (is_arg, v) in enumerate(picks)]
-            return [ufunc(*args, out=outs[0])]
-
-        return Bound(fn)
-
-
-def ufunc_impl(node: Node) -> UfuncImpl | None:
-    """A ``UfuncImpl`` when the node is elementwise and its expression is a single ufunc-able primitive."""
-    opdef = opdef_of(node)
-    if not opdef.has(Trait.ELEMENTWISE) or opdef.expr is None or node.num_outputs != 1:
-        return None
-    try:
-        tree = opdef.expr(*[expr.arg(i) for i in range(node.num_inputs)], **opdef.resolved_attrs(node))
-    except Exception:  # an expression that needs inputs we do not model here: no ufunc path
-        return None
-    if tree.fn not in _UFUNCS or any(a.fn not in ("arg", "const") for a in tree.args):
-        return None
-    if all(a.fn == "const" for a in tree.args):
-        return None
-    return UfuncImpl(_UFUNCS[tree.fn], [(a.fn, a.value) for a in tree.args])
+def opdef_attrs(node: Node) -> dict[str, Any]:
+    return opdef_of(node).resolved_attrs(node)

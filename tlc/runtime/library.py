@@ -1,167 +1,343 @@
-"""Library kernels for single ops: which ops have a native implementation, and how each binds to shapes.
+"""Library steps: ops that run as one or a few numpy calls into their planned outputs (no JIT, no reference).
 
-``LIBRARY`` maps an op (qualified name: ``Conv``, ``tlc.ConvNhwc``) to a factory
-``(attrs, num_outputs, options) -> Impl`` (it raises ``NotNative`` with a reason when the node's attributes
-are outside what the kernel does). The kernels themselves live in
-``tlc.kernels.lib_gemm``/``lib_conv``/``lib_pool``; this module reads ONNX attributes and shapes for them.
-Ops not listed here (and not single-ufunc elementwise ops, see ``impl.ufunc_impl``) run their reference.
+Data movement (views, transposes, concatenation, gathers, slices, splits, pads, expands), reductions over any
+axes, Softmax over a middle axis, inference BatchNormalization, pooling and LRN through numpy, and a
+single elementwise op evaluated from its scalar expression (the fallback of its native kernel). Every ``bind``
+reads the attributes and the known constant inputs (slice bounds, axes, pads) once, for one input-shape
+signature, so a run makes only the numpy calls.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..ir.types import np_dtype
-from ..kernels import lib_conv, lib_gemm, lib_pool
-from .impl import Bound, Impl, NotNative, ViewImpl, spatial_window, static_shapes
-from .library_nhwc import NHWC_LIBRARY
-from .options import CompileOptions
-from .parts import PARTS_MIN_MACS, PartsBound, matmul_parts, output_split, part_of, parts_note, slab
-from .workers import split_rows, workers
+from ..kernels import lib_conv_nhwc, lib_pool, lib_pool_nhwc
+from ..ops import dims as op_dims
+from ..ops import expr as E
+from ..ops import opdef_of
+from ..ops.layout import equal_split, slice_params
+from .bound import Bound, Call, NotNative, Ref, V, W, contiguous_strides
+from .impl import BindContext, StepImpl, spatial_window
 
 
-class MatMulImpl(Impl):
-    reason = "BLAS matmul"
-
-    def __init__(self, threads: int = 1):
-        self.threads = threads   # > 1: large products run in parts on the runtime's workers
-
-    def accepts_strided(self, port: int) -> bool:
-        return True   # np.matmul hands BLAS a transposed or row-strided matrix as it is
-
-    def bind_parts(self, in_types, out_types) -> PartsBound | None:
-        a, b = static_shapes(in_types[:2], "input")
-        (y,) = static_shapes(out_types, "output")
-        return matmul_parts(a, b, y, self.threads)
-
-    def bind(self, in_types, out_types) -> Bound:
-        parts = self.bind_parts(in_types, out_types)
-        if parts is not None:
-            return run_in_parts(parts, self.threads)
-        return Bound(lambda ins, outs, work: [lib_gemm.matmul(ins[0], ins[1], outs[0])])
+# ---------------------------------------------------------------------------- views and copies
+def reshape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return x.reshape(shape)
 
 
-class GemmImpl(Impl):
-    reason = "BLAS gemm"
-
-    def accepts_strided(self, port: int) -> bool:
-        return True
-
-    def __init__(self, attrs: dict[str, Any], threads: int = 1):
-        self.kw = {"alpha": float(attrs.get("alpha", 1.0)), "beta": float(attrs.get("beta", 1.0)),
-                   "trans_a": int(attrs.get("transA", 0)), "trans_b": int(attrs.get("transB", 0))}
-        self.threads = threads
-
-    def bind_parts(self, in_types, out_types) -> PartsBound | None:
-        a, b, *c = static_shapes(in_types, "input")
-        (y,) = static_shapes(out_types, "output")
-        kw = self.kw
-        a, b = (a[::-1] if kw["trans_a"] else a), (b[::-1] if kw["trans_b"] else b)
-        c_shape = c[0] if c and kw["beta"] != 0.0 else None
-
-        def views(ins):
-            return (ins[0].T if kw["trans_a"] else ins[0]), (ins[1].T if kw["trans_b"] else ins[1])
-
-        def finish(ins, out, k):
-            c_part = part_of(ins[2], c_slabs[k]) if c_shape is not None else None
-            lib_gemm.scale_add(out, c_part, kw["alpha"], kw["beta"])
-
-        parts = matmul_parts(a, b, y, self.threads, views, finish)
-        c_slabs = [slab(c_shape, 2, parts.split, k) for k in range(len(parts.split.bounds))] if parts else []
-        return parts
-
-    def bind(self, in_types, out_types) -> Bound:
-        parts = self.bind_parts(in_types, out_types)
-        if parts is not None:
-            return run_in_parts(parts, self.threads)
-        kw = self.kw
-        return Bound(lambda ins, outs, work: [
-            lib_gemm.gemm(ins[0], ins[1], ins[2] if len(ins) > 2 else None, outs[0], **kw)])
+def copy_reshaped(x: np.ndarray, out: np.ndarray) -> None:
+    np.copyto(out.reshape(x.shape), x)
 
 
-def run_in_parts(parts: PartsBound, threads: int) -> Bound:
-    """A step that runs its ``prepare`` parts, then its ``parts``, on the runtime's workers."""
-    pool = workers(threads)
-    prepare, fns = parts.prepare, parts.parts
+class ViewImpl(StepImpl):
+    """Reshape-like ops (Reshape, Flatten, Squeeze, Unsqueeze, Identity): a view of input 0, no copy; a copy
+    into the output where the input is a strided view (numpy could not reshape it without one)."""
 
-    def fn(ins, outs, work):
-        if prepare:
-            pool.run([functools.partial(f, ins, outs, work) for f in prepare])
-        pool.run([functools.partial(f, ins, outs, work) for f in fns])
-        return outs
+    mode = "view"
+    reason = "a view of its input"
 
-    return Bound(fn, parts.workspace, parts_note(parts))
-
-
-class ConvImpl(Impl):
-    def __init__(self, attrs: dict[str, Any], allow_numba: bool, eager: bool, threads: int = 1):
-        self.attrs = attrs
-        self.allow_numba = allow_numba
-        self.eager = eager
-        self.threads = threads
-        self.reason = "conv: im2col/BLAS, GEMM, or direct Numba, chosen per shape"
-
-    def _geometry(self, in_types, out_types) -> tuple[lib_conv.ConvGeometry, str]:
-        x, w, *_ = static_shapes(in_types, "input")
-        (y,) = static_shapes(out_types, "output")
-        if len(x) != 4:
-            raise NotNative(f"only 2-D convolutions are native (input rank {len(x)})")
-        window, begin, _ = spatial_window(self.attrs, w[2:], x[2:])
-        geo = lib_conv.geometry(x, w, y, window.strides, begin, window.dilations, int(self.attrs.get("group", 1)))
-        return geo, lib_conv.choose_algorithm(geo, self.allow_numba)
-
-    def bind_parts(self, in_types, out_types) -> PartsBound | None:
-        """Output channels in slabs (after the im2col columns are filled, by input channels, in parts too)."""
-        geo, algo = self._geometry(in_types, out_types)
-        macs = geo.m * geo.c * geo.kh * geo.kw * geo.ho * geo.wo
-        split = output_split((geo.n, geo.m, geo.ho, geo.wo), self.threads) if macs >= PARTS_MIN_MACS else None
-        if split is None or split.axis != 1 or not lib_conv.splittable(geo, algo):
-            return None
-        dtype = np_dtype(in_types[0].dtype)
-        has_bias = len(in_types) > 2 and in_types[2] is not None
-
-        def gemm(m0, m1):
-            def part(ins, outs, work):
-                lib_conv.gemm_part(algo, ins[0], ins[1], outs[0], geo, work, m0, m1)
-                if has_bias:
-                    np.add(outs[0][:, m0:m1], ins[2][m0:m1].reshape(1, -1, 1, 1), out=outs[0][:, m0:m1])
-            return part
-
-        def prepare(c0, c1):
-            return lambda ins, outs, work: lib_conv.prepare_part(algo, ins[0], geo, work, c0, c1)
-
-        prep = [prepare(c0, c1) for c0, c1 in split_rows(geo.c, len(split.bounds))]
-        return PartsBound(split, [gemm(m0, m1) for m0, m1 in split.bounds],
-                          prep if lib_conv.needs_prepare(geo, algo) else None,
-                          [(s, dtype) for s in lib_conv.workspace(geo, algo)], algo)
-
-    def bind(self, in_types, out_types) -> Bound:
-        parts = self.bind_parts(in_types, out_types) if self.threads > 1 else None
-        if parts is not None:
-            return run_in_parts(parts, self.threads)
-        geo, algo = self._geometry(in_types, out_types)
-        dtype = np_dtype(in_types[0].dtype)
-        if algo == "direct" and self.eager:
-            _warm_direct(dtype)
-
-        def fn(ins, outs, work):
-            b = ins[2] if len(ins) > 2 else None
-            return [lib_conv.run(algo, ins[0], ins[1], b, outs[0], geo, work)]
-
-        return Bound(fn, [(s, dtype) for s in lib_conv.workspace(geo, algo)], algo)
+    def bind(self, ctx: BindContext) -> Bound:
+        (shape,) = ctx.out_shapes()[:1]
+        if len(ctx.outputs) != 1:
+            raise NotNative(f"{len(ctx.outputs)} outputs")
+        if ctx.contiguous(0):
+            return Bound([Call(reshape, (V(ctx.inputs[0]), shape), result=ctx.outputs)], mode="view",
+                         writes_outputs=False)
+        return Bound([Call(copy_reshaped, (V(ctx.inputs[0]), V(ctx.outputs[0])))], note="copy of a strided input")
 
 
-def _warm_direct(dtype: np.dtype) -> None:
-    """Compile the direct conv kernel now (eager JIT) so the first run pays nothing."""
-    x = np.zeros((1, 1, 1, 1), dtype)
-    lib_conv.direct_kernel()(x, x.copy(), np.zeros(1, dtype), x.copy(), 1, 1, 1, 1, 0, 0, 1)
+def transpose_into(x: np.ndarray, perm: tuple[int, ...] | None, out: np.ndarray) -> None:
+    np.copyto(out, x.transpose(perm))
 
 
-class PoolImpl(Impl):
+class TransposeImpl(StepImpl):
+    reason = "numpy copy of a transposed view"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.perm = tuple(int(p) for p in attrs["perm"]) if attrs.get("perm") else None
+
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.out_shapes()
+        return Bound([Call(transpose_into, (V(ctx.inputs[0]), self.perm, V(ctx.outputs[0])))])
+
+
+def transpose_view(x: np.ndarray, perm: tuple[int, ...] | None) -> np.ndarray:
+    return x.transpose(perm)
+
+
+class TransposeViewImpl(StepImpl):
+    """Transpose as a strided view of its input, for readers that take any strides (BLAS operands): no copy."""
+
+    mode = "view"
+    reason = "strided view (every reader takes strides)"
+
+    def __init__(self, perm: tuple[int, ...] | None):
+        self.perm = perm
+
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        itemsize = ctx.out_dtype().itemsize
+        base = ctx.strides.get(ctx.inputs[0]) or contiguous_strides(x, itemsize)
+        perm = self.perm or tuple(reversed(range(len(x))))
+        return Bound([Call(transpose_view, (V(ctx.inputs[0]), self.perm), result=ctx.outputs)], mode="view",
+                     writes_outputs=False, out_strides=[tuple(base[p] for p in perm)])
+
+
+def concat_into(out: np.ndarray, axis: int, *parts: np.ndarray) -> None:
+    np.concatenate(parts, axis=axis, out=out)
+
+
+class ConcatImpl(StepImpl):
+    reason = "numpy concatenate"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.axis = int(attrs["axis"])
+
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.out_shapes()
+        return Bound([Call(concat_into, (V(ctx.outputs[0]), self.axis) + tuple(V(i) for i in ctx.inputs))])
+
+
+def take_into(x: np.ndarray, indices: np.ndarray, axis: int, out: np.ndarray) -> None:
+    np.take(x, indices, axis=axis, out=out)
+
+
+class GatherImpl(StepImpl):
+    reason = "numpy take"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.axis = int(attrs.get("axis", 0))
+
+    def bind(self, ctx: BindContext) -> Bound:
+        x, idx = ctx.in_shapes()[:2]
+        axis = self.axis % len(x)
+        known = ctx.const(1)
+        if known is not None:   # checked once: numpy's take would raise mid-run, the reference says why first
+            if known.size and (known.min() < -x[axis] or known.max() >= x[axis]):
+                raise NotNative(f"indices outside [-{x[axis]}, {x[axis]})")
+            indices: Any = np.ascontiguousarray(known, np.int64)
+        else:
+            indices = V(ctx.inputs[1])
+        return Bound([Call(take_into, (V(ctx.inputs[0]), indices, axis, V(ctx.outputs[0])))])
+
+
+def copy_index(x: np.ndarray, index: tuple, out: np.ndarray) -> None:
+    np.copyto(out, x[index])
+
+
+class SliceImpl(StepImpl):
+    reason = "numpy strided copy"
+
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        values = [ctx.const(p) if p < len(ctx.inputs) else None for p in range(1, 5)]
+        for p, v in zip(range(1, 5), values):
+            if v is None and p < len(ctx.inputs) and ctx.in_types[p] is not None:
+                raise NotNative(f"Slice input {p} is not a constant")
+        as_list = (lambda v: None if v is None else [int(i) for i in np.asarray(v).ravel()])
+        index: list[slice] = [slice(None)] * len(x)
+        try:
+            for axis, start, end, step in slice_params(*map(as_list, values), len(x)):
+                lo, hi = op_dims.slice_bounds(x[axis], start, end, step)
+                index[axis] = slice(lo, None if hi < 0 else hi, step)
+        except ValueError as exc:
+            raise NotNative(str(exc)) from None
+        return Bound([Call(copy_index, (V(ctx.inputs[0]), tuple(index), V(ctx.outputs[0])))])
+
+
+def split_into(x: np.ndarray, indices: tuple, *outs: np.ndarray) -> None:
+    for index, out in zip(indices, outs):
+        np.copyto(out, x[index])
+
+
+class SplitImpl(StepImpl):
+    reason = "numpy copies of slices"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.axis = int(attrs.get("axis", 0))
+        self.num_outputs = attrs.get("num_outputs")
+
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        axis = self.axis % len(x)
+        if len(ctx.inputs) > 1 and ctx.in_types[1] is not None:
+            sizes = [int(s) for s in ctx.require_const(1, "split").ravel()]
+        else:
+            sizes = equal_split(x[axis], self.num_outputs or len(ctx.outputs))
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        indices = tuple((slice(None),) * axis + (slice(int(a), int(b)),) for a, b in zip(bounds[:-1], bounds[1:]))
+        return Bound([Call(split_into, (V(ctx.inputs[0]), indices) + tuple(V(o) for o in ctx.outputs))])
+
+
+def expand_into(x: np.ndarray, out: np.ndarray) -> None:
+    np.copyto(out, x)
+
+
+class ExpandImpl(StepImpl):
+    reason = "numpy broadcast copy"
+
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.out_shapes()
+        return Bound([Call(expand_into, (V(ctx.inputs[0]), V(ctx.outputs[0])))])
+
+
+def tile_into(x: np.ndarray, reps: tuple[int, ...], out: np.ndarray) -> None:
+    np.copyto(out, np.tile(x, reps))
+
+
+class TileImpl(StepImpl):
+    reason = "numpy tile"
+
+    def bind(self, ctx: BindContext) -> Bound:
+        reps = tuple(int(r) for r in ctx.require_const(1, "repeats").ravel())
+        return Bound([Call(tile_into, (V(ctx.inputs[0]), reps, V(ctx.outputs[0])))])
+
+
+def pad_constant(x: np.ndarray, crop: tuple, inner: tuple, fill: Any, out: np.ndarray) -> None:
+    out.fill(fill)
+    out[inner] = x[crop]
+
+
+def pad_mode(x: np.ndarray, crop: tuple, width: tuple, mode: str, out: np.ndarray) -> None:
+    np.copyto(out, np.pad(x[crop], width, mode=mode))
+
+
+class PadImpl(StepImpl):
+    reason = "numpy fill and copy"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.mode = attrs.get("mode", "constant")
+
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        pads = [int(p) for p in ctx.require_const(1, "pads").ravel()]
+        fill_value = ctx.const(2) if len(ctx.inputs) > 2 and ctx.in_types[2] is not None else None
+        if len(ctx.inputs) > 2 and ctx.in_types[2] is not None and fill_value is None:
+            raise NotNative("the constant_value input is not a constant")
+        axes = ctx.const(3) if len(ctx.inputs) > 3 and ctx.in_types[3] is not None else None
+        axes = list(range(len(x))) if axes is None else [int(a) % len(x) for a in np.asarray(axes).ravel()]
+        crop, inner, width = [slice(None)] * len(x), [slice(None)] * len(x), [(0, 0)] * len(x)
+        for i, a in enumerate(axes):   # NOTE: negative pads crop first, as the reference does
+            begin, end = pads[i], pads[i + len(axes)]
+            crop[a] = slice(max(-begin, 0), x[a] - max(-end, 0))
+            kept = x[a] - max(-begin, 0) - max(-end, 0)
+            inner[a] = slice(max(begin, 0), max(begin, 0) + kept)
+            width[a] = (max(begin, 0), max(end, 0))
+        out = V(ctx.outputs[0])
+        if self.mode == "constant":
+            fill = 0 if fill_value is None or fill_value.size == 0 else fill_value.ravel()[0]
+            fill = ctx.out_dtype().type(fill)
+            return Bound([Call(pad_constant, (V(ctx.inputs[0]), tuple(crop), tuple(inner), fill, out))])
+        return Bound([Call(pad_mode, (V(ctx.inputs[0]), tuple(crop), tuple(width), self.mode, out))],
+                     note=f"numpy pad ({self.mode})")
+
+
+def trilu_into(x: np.ndarray, k: int, upper: bool, out: np.ndarray) -> None:
+    np.copyto(out, np.triu(x, k) if upper else np.tril(x, k))
+
+
+class TriluImpl(StepImpl):
+    reason = "numpy triu/tril"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.upper = bool(attrs.get("upper", 1))
+
+    def bind(self, ctx: BindContext) -> Bound:
+        k = 0
+        if len(ctx.inputs) > 1 and ctx.in_types[1] is not None:
+            k = int(ctx.require_const(1, "k").ravel()[0])
+        return Bound([Call(trilu_into, (V(ctx.inputs[0]), k, self.upper, V(ctx.outputs[0])))])
+
+
+# ---------------------------------------------------------------------------- reductions and normalizations
+_REDUCERS = {"ReduceSum": np.sum, "ReduceMean": np.mean, "ReduceMax": np.max, "ReduceMin": np.min,
+             "ReduceProd": np.prod}
+
+
+def reduce_into(reducer, x: np.ndarray, axes: tuple[int, ...], kept: tuple[int, ...], out: np.ndarray) -> None:
+    reducer(x, axis=axes, keepdims=True, out=out.reshape(kept))
+
+
+class ReduceImpl(StepImpl):
+    """ReduceSum/Mean/Max/Min/Prod over constant axes, into the output (viewed with the kept dims)."""
+
+    def __init__(self, op: str, attrs: dict[str, Any]):
+        self.reducer = _REDUCERS[op]
+        self.noop = bool(attrs.get("noop_with_empty_axes", 0))
+        self.reason = f"numpy {self.reducer.__name__}"
+
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        axes = []
+        if len(ctx.inputs) > 1 and ctx.in_types[1] is not None:
+            axes = sorted({int(a) % max(len(x), 1) for a in ctx.require_const(1, "axes").ravel()})
+        if not axes:
+            if self.noop:
+                raise NotNative("noop_with_empty_axes: an identity")
+            axes = list(range(len(x)))
+        if any(x[a] == 0 for a in axes) and self.reducer in (np.max, np.min):
+            raise NotNative("an empty max/min reduction")
+        kept = tuple(1 if a in axes else d for a, d in enumerate(x))
+        return Bound([Call(reduce_into, (self.reducer, V(ctx.inputs[0]), tuple(axes), kept, V(ctx.outputs[0])))])
+
+
+def softmax_into(x: np.ndarray, axis: int, log: bool, out: np.ndarray) -> None:
+    m = np.max(x, axis=axis, keepdims=True)
+    np.subtract(x, m, out=out)
+    if log:
+        s = np.log(np.sum(np.exp(out), axis=axis, keepdims=True))
+        np.subtract(out, s, out=out)
+        return
+    np.exp(out, out=out)
+    np.divide(out, np.sum(out, axis=axis, keepdims=True), out=out)
+
+
+class SoftmaxImpl(StepImpl):
+    """Softmax/LogSoftmax along one axis (opset 13), through the output (row kernels take the last axis)."""
+
+    reason = "numpy, through the output"
+    inplace = True
+
+    def __init__(self, attrs: dict[str, Any], log: bool):
+        self.axis = int(attrs.get("axis", -1))
+        self.log = log
+
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.out_shapes()
+        return Bound([Call(softmax_into, (V(ctx.inputs[0]), self.axis, self.log, V(ctx.outputs[0])))],
+                     inplace=True)
+
+
+def batchnorm_into(x, scale, bias, mean, var, eps, bshape, out) -> None:
+    a = scale / np.sqrt(var + var.dtype.type(eps))
+    np.multiply(x, a.reshape(bshape), out=out)
+    np.add(out, (bias - mean * a).reshape(bshape), out=out)
+
+
+class BatchNormImpl(StepImpl):
+    """Inference BatchNormalization: ``x * a + b`` with per-channel a, b (elementwise in x: may run in place)."""
+
+    reason = "numpy scale-shift"
+
+    def __init__(self, attrs: dict[str, Any]):
+        if attrs.get("training_mode"):
+            raise NotNative("training_mode BatchNormalization is not native")
+        self.epsilon = float(attrs.get("epsilon", 1e-5))
+
+    def bind(self, ctx: BindContext) -> Bound:
+        if len(ctx.outputs) != 1:
+            raise NotNative(f"{len(ctx.outputs)} outputs (training mode)")
+        (y,) = ctx.out_shapes()
+        bshape = (-1,) + (1,) * (len(y) - 2)
+        args = tuple(V(i) for i in ctx.inputs[:5]) + (self.epsilon, bshape, V(ctx.outputs[0]))
+        return Bound([Call(batchnorm_into, args)], inplace=True)
+
+
+# ---------------------------------------------------------------------------- pooling (numpy taps)
+class PoolImpl(StepImpl):
     def __init__(self, attrs: dict[str, Any], reduce: str):
         self.attrs = attrs
         self.reduce = reduce
@@ -169,176 +345,166 @@ class PoolImpl(Impl):
         if reduce == "avg" and any(d != 1 for d in attrs.get("dilations") or ()):
             raise NotNative("AveragePool with dilations is not native")
 
-    def bind(self, in_types, out_types) -> Bound:
-        (x,) = static_shapes(in_types[:1], "input")
-        (y,) = static_shapes(out_types, "output")
-        if len(x) != 4:
-            raise NotNative(f"only 2-D pooling is native (input rank {len(x)})")
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        (y,) = ctx.out_shapes()[:1]
+        if len(x) != 4 or len(ctx.outputs) != 1:
+            raise NotNative(f"only 2-D single-output pooling is native (input rank {len(x)})")
         kernel = tuple(int(k) for k in self.attrs["kernel_shape"])
         window, begin, end = spatial_window(self.attrs, kernel, x[2:])
         geo = lib_pool.PoolGeometry(*x, *kernel, *y[2:], *window.strides, *window.dilations, *begin, *end)
-        dtype = np_dtype(in_types[0].dtype)
+        dtype = ctx.out_dtype()
         work = [(s, dtype) for s in lib_pool.workspace(geo)]
+        xin, out = V(ctx.inputs[0]), V(ctx.outputs[0])
         if self.reduce == "max":
-            return Bound(lambda ins, outs, w: [lib_pool.max_pool(ins[0], outs[0], geo, w)], work)
+            return Bound([Call(_max_pool, (xin, out, geo) + _work_refs(work))], workspace=work)
         divisor = lib_pool.avg_divisor(geo, bool(self.attrs.get("count_include_pad", 0)), dtype)
-        return Bound(lambda ins, outs, w: [lib_pool.avg_pool(ins[0], outs[0], geo, w, divisor)], work)
+        return Bound([Call(_avg_pool, (xin, out, geo, divisor) + _work_refs(work))], workspace=work)
 
 
-class GlobalPoolImpl(Impl):
+def _work_refs(work: list) -> tuple:
+    return tuple(W(k) for k in range(len(work)))
+
+
+def _max_pool(x, out, geo, *work) -> None:
+    lib_pool.max_pool(x, out, geo, list(work))
+
+
+def _avg_pool(x, out, geo, divisor, *work) -> None:
+    lib_pool.avg_pool(x, out, geo, list(work), divisor)
+
+
+def global_pool_into(x: np.ndarray, reduce, out: np.ndarray) -> None:
+    reduce(x, axis=tuple(range(2, x.ndim)), keepdims=True, out=out)
+
+
+class GlobalPoolImpl(StepImpl):
     def __init__(self, reduce: str):
-        self.reduce = reduce
+        self.reduce = np.mean if reduce == "mean" else np.max
         self.reason = f"numpy {reduce}"
 
-    def bind(self, in_types, out_types) -> Bound:
-        static_shapes(out_types, "output")
-        reduce = self.reduce
-        return Bound(lambda ins, outs, work: [lib_pool.global_pool(ins[0], outs[0], reduce)])
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.out_shapes()
+        return Bound([Call(global_pool_into, (V(ctx.inputs[0]), self.reduce, V(ctx.outputs[0])))])
 
 
-class LRNImpl(Impl):
+class LRNImpl(StepImpl):
     reason = "numpy channel taps"
 
     def __init__(self, attrs: dict[str, Any]):
         self.kw = {"size": int(attrs["size"]), "alpha": float(attrs.get("alpha", 1e-4)),
                    "beta": float(attrs.get("beta", 0.75)), "bias": float(attrs.get("bias", 1.0))}
 
-    def bind(self, in_types, out_types) -> Bound:
-        (x,) = static_shapes(in_types, "input")
-        work = [(s, np_dtype(in_types[0].dtype)) for s in lib_pool.lrn_workspace(x, self.kw["size"])]
-        kw = self.kw
-        return Bound(lambda ins, outs, w: [lib_pool.lrn(ins[0], outs[0], w, **kw)], work)
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        work = [(s, ctx.out_dtype()) for s in lib_pool.lrn_workspace(x, self.kw["size"])]
+        return Bound([Call(_lrn, (V(ctx.inputs[0]), V(ctx.outputs[0]), self.kw) + _work_refs(work))],
+                     workspace=work)
 
 
-class BatchNormImpl(Impl):
-    """Inference BatchNormalization: ``x * a + b`` with per-channel a, b (elementwise in x: may run in place)."""
-
-    reason = "numpy scale-shift"
-    inplace = True
-
-    def __init__(self, attrs: dict[str, Any]):
-        self.epsilon = float(attrs.get("epsilon", 1e-5))
-
-    def bind(self, in_types, out_types) -> Bound:
-        (y,) = static_shapes(out_types, "output")
-        bshape = (-1,) + (1,) * (len(y) - 2)
-        eps = self.epsilon
-
-        def fn(ins, outs, work):
-            x, scale, bias, mean, var = ins[:5]
-            a = scale / np.sqrt(var + var.dtype.type(eps))
-            np.multiply(x, a.reshape(bshape), out=outs[0])
-            np.add(outs[0], (bias - mean * a).reshape(bshape), out=outs[0])
-            return outs
-
-        return Bound(fn)
+def _lrn(x, out, kw, *work) -> None:
+    lib_pool.lrn(x, out, list(work), **kw)
 
 
-class SoftmaxImpl(Impl):
-    """Softmax along one axis (opset 13): max, subtract, exp, sum, divide, all into the output."""
+# ---------------------------------------------------------------------------- one elementwise op, numpy
+def expression_into(tree: E.Expr, dtype: str, out: np.ndarray, *ins: np.ndarray) -> None:
+    np.copyto(out, E.evaluate(tree, list(ins), dtype), casting="unsafe")
 
-    reason = "numpy, in place in the output"
-    inplace = True
+
+def expression_calls(ctx: BindContext) -> list[Call]:
+    """An elementwise op evaluated with numpy from its scalar expression, into its output."""
+    opdef = opdef_of(ctx.node)
+    tree = opdef.expr(*[None if t is None else E.arg(i) for i, t in enumerate(ctx.in_types)], **ctx.attrs)
+    return [Call(expression_into, (E.lift(tree), ctx.out_types[0].dtype, V(ctx.outputs[0]))
+                 + tuple(V(i) for i in ctx.inputs))]
+
+
+# ---------------------------------------------------------------------------- channels-last twins (-O3)
+class ConvNhwcImpl(StepImpl):
+    reason = "NHWC conv: GEMM (1x1), im2col/BLAS, or depthwise taps, chosen per shape"
 
     def __init__(self, attrs: dict[str, Any]):
-        self.axis = int(attrs.get("axis", -1))
+        self.attrs = attrs
 
-    def bind(self, in_types, out_types) -> Bound:
-        static_shapes(out_types, "output")
-        axis = self.axis
+    def bind(self, ctx: BindContext) -> Bound:
+        work: list = []
+        bound = self.bind_into(ctx, V(ctx.outputs[0]), work)
+        bound.workspace = work
+        return bound
 
-        def fn(ins, outs, work):
-            x, out = ins[0], outs[0]
-            m = np.max(x, axis=axis, keepdims=True)
-            np.subtract(x, m, out=out)
-            np.exp(out, out=out)
-            np.divide(out, np.sum(out, axis=axis, keepdims=True), out=out)
-            return outs
-
-        return Bound(fn)
-
-
-class ConcatImpl(Impl):
-    reason = "numpy concatenate"
-
-    def __init__(self, attrs: dict[str, Any]):
-        self.axis = int(attrs["axis"])
-
-    def bind(self, in_types, out_types) -> Bound:
-        static_shapes(out_types, "output")
-        axis = self.axis
-        return Bound(lambda ins, outs, work: [np.concatenate(ins, axis=axis, out=outs[0])])
+    def bind_into(self, ctx: BindContext, out: Ref, work: list) -> Bound:
+        """The conv of ``ctx``'s inputs (with its bias) into ``out``; its scratch appended to ``work``."""
+        x, w, *_ = ctx.in_shapes()
+        y = tuple(ctx.out_types[0].shape)
+        if len(x) != 4:
+            raise NotNative(f"only 2-D convolutions are native (input rank {len(x)})")
+        window, begin, _ = spatial_window(self.attrs, w[1:3], x[1:3])
+        geo = lib_conv_nhwc.geometry(x, w, y, window.strides, begin, window.dilations,
+                                     int(self.attrs.get("group", 1)))
+        algo = lib_conv_nhwc.choose_algorithm(geo)
+        dtype = np_dtype(ctx.in_types[0].dtype)
+        first = len(work)
+        work += [(s, dtype) for s in lib_conv_nhwc.workspace(geo, algo)]
+        refs = tuple(W(k) for k in range(first, len(work)))
+        args = (algo, _input(ctx, 0), _input(ctx, 1), _input(ctx, 2), out, geo) + refs
+        return Bound([Call(_conv_nhwc, args)], note=f"nhwc {algo}")
 
 
-class TransposeImpl(Impl):
-    reason = "numpy copy of a transposed view"
-
-    def __init__(self, attrs: dict[str, Any]):
-        self.perm = attrs.get("perm")
-
-    @property
-    def perm_tuple(self) -> tuple[int, ...] | None:
-        return tuple(int(p) for p in self.perm) if self.perm else None
-
-    def bind(self, in_types, out_types) -> Bound:
-        static_shapes(out_types, "output")
-        perm = self.perm_tuple
-
-        def fn(ins, outs, work):
-            np.copyto(outs[0], np.transpose(ins[0], perm))
-            return outs
-
-        return Bound(fn)
+def _input(ctx: BindContext, port: int) -> Any:
+    """Input ``port`` as a call argument: its value when known, else a reference; None when absent."""
+    if port >= len(ctx.inputs) or ctx.in_types[port] is None:
+        return None
+    known = ctx.const(port)
+    return known if known is not None else V(ctx.inputs[port])
 
 
-def _part_threads(options: CompileOptions) -> int:
-    """Parts a large contraction runs in: the plan's threads when tlc runs them (``own_threads``), else 1."""
-    return options.threads if options.own_threads else 1
+def _conv_nhwc(algo, x, w, b, out, geo, *work) -> None:
+    lib_conv_nhwc.run(algo, x, w, b, out, geo, list(work))
 
 
-def _single_output(make: Callable[..., Impl]) -> Callable[..., Impl]:
-    def factory(attrs, num_outputs, options):
-        if num_outputs != 1:
-            raise NotNative(f"only the single-output form is native ({num_outputs} outputs)")
-        return make(attrs, options)
+class PoolNhwcImpl(StepImpl):
+    def __init__(self, attrs: dict[str, Any], reduce: str):
+        self.attrs = attrs
+        self.reduce = reduce
+        self.reason = f"NHWC {reduce} pool: strided taps"
+        if reduce == "avg" and any(d != 1 for d in attrs.get("dilations") or ()):
+            raise NotNative("AveragePool with dilations is not native")
 
-    return factory
-
-
-def _batchnorm(attrs, options):
-    if attrs.get("training_mode"):
-        raise NotNative("training_mode BatchNormalization is not native")
-    return BatchNormImpl(attrs)
-
-
-def _conv(attrs, options: CompileOptions):
-    return ConvImpl(attrs, allow_numba=options.jit != "off", eager=options.jit == "eager",
-                    threads=_part_threads(options))
-
-
-_view = _single_output(lambda attrs, options: ViewImpl())
-
-#: op name (default domain) -> factory(attrs, num_outputs, options) -> Impl
-LIBRARY: dict[str, Callable[[dict[str, Any], int, CompileOptions], Impl]] = {
-    "MatMul": _single_output(lambda attrs, options: MatMulImpl(_part_threads(options))),
-    "Gemm": _single_output(lambda attrs, options: GemmImpl(attrs, _part_threads(options))),
-    "Conv": _single_output(_conv),
-    "MaxPool": _single_output(lambda attrs, options: PoolImpl(attrs, "max")),
-    "AveragePool": _single_output(lambda attrs, options: PoolImpl(attrs, "avg")),
-    "GlobalAveragePool": _single_output(lambda attrs, options: GlobalPoolImpl("mean")),
-    "GlobalMaxPool": _single_output(lambda attrs, options: GlobalPoolImpl("max")),
-    "LRN": _single_output(lambda attrs, options: LRNImpl(attrs)),
-    "BatchNormalization": _single_output(_batchnorm),
-    "Softmax": _single_output(lambda attrs, options: SoftmaxImpl(attrs)),
-    "Concat": _single_output(lambda attrs, options: ConcatImpl(attrs)),
-    "Transpose": _single_output(lambda attrs, options: TransposeImpl(attrs)),
-    "Reshape": _view, "Flatten": _view, "Squeeze": _view, "Unsqueeze": _view, "Identity": _view,
-}
-LIBRARY.update(NHWC_LIBRARY)  # tlc's channels-last twins, under their qualified names
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        (y,) = ctx.out_shapes()[:1]
+        if len(x) != 4 or len(ctx.outputs) != 1:
+            raise NotNative(f"only 2-D single-output pooling is native (input rank {len(x)})")
+        kernel = tuple(int(k) for k in self.attrs["kernel_shape"])
+        window, begin, end = spatial_window(self.attrs, kernel, x[1:3])
+        n, h, w, c = x
+        geo = lib_pool.PoolGeometry(n, c, h, w, *kernel, *y[1:3], *window.strides, *window.dilations, *begin, *end)
+        dtype = ctx.out_dtype()
+        work = [(s, dtype) for s in lib_pool_nhwc.workspace(geo)]
+        xin, out = V(ctx.inputs[0]), V(ctx.outputs[0])
+        if self.reduce == "max":
+            return Bound([Call(_max_pool_nhwc, (xin, out, geo) + _work_refs(work))], workspace=work)
+        divisor = lib_pool.avg_divisor(geo, bool(self.attrs.get("count_include_pad", 0)), dtype)
+        return Bound([Call(_avg_pool_nhwc, (xin, out, geo, divisor) + _work_refs(work))], workspace=work)
 
 
-def library_impl(op: str, attrs: dict[str, Any], num_outputs: int, options: CompileOptions) -> Impl | None:
-    """The library Impl for ``op`` (a qualified name) or None when it has none; NotNative when the attributes
-    rule it out."""
-    factory = LIBRARY.get(op)
-    return None if factory is None else factory(attrs, num_outputs, options)
+def _max_pool_nhwc(x, out, geo, *work) -> None:
+    lib_pool_nhwc.max_pool(x, out, geo, list(work))
+
+
+def _avg_pool_nhwc(x, out, geo, divisor, *work) -> None:
+    lib_pool_nhwc.avg_pool(x, out, geo, list(work), divisor)
+
+
+def global_pool_nhwc_into(x: np.ndarray, reduce, out: np.ndarray) -> None:
+    reduce(x, axis=tuple(range(1, x.ndim - 1)), keepdims=True, out=out)
+
+
+class GlobalPoolNhwcImpl(StepImpl):
+    def __init__(self, reduce: str):
+        self.reduce = np.mean if reduce == "mean" else np.max
+        self.reason = f"numpy {reduce} over the spatial axes"
+
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.out_shapes()
+        return Bound([Call(global_pool_nhwc_into, (V(ctx.inputs[0]), self.reduce, V(ctx.outputs[0])))])

@@ -15,29 +15,29 @@ from typing import Any
 from ..errors import BackendError, TlcError
 
 TARGETS = ("cpu", "cuda")
-JIT_MODES = ("eager", "lazy", "off")
+JIT_MODES = ("auto", "eager", "lazy", "off")
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     """How a graph is optimized, lowered and executed.
 
-    ``jit``: "eager" compiles every fused group in ``compile()``; "lazy" runs groups on the reference path and
-    compiles a group in the background once it has run ``hot_threshold`` times; "off" uses reference and
-    library kernels only. ``num_threads`` (None = all cores) governs Numba's and BLAS's threads.
+    ``jit``: "auto" starts every native kernel's compile on the JIT thread and runs the steps' fallbacks (numpy,
+    the reference) until each arrives (from a warm cache in milliseconds); "eager" compiles every kernel in
+    ``compile()``; "lazy" starts compiling once a plan has run ``hot_threshold`` times; "off" runs numpy and
+    reference steps only. ``num_threads`` (None = all cores) is the size of the one pool (Numba's) that runs
+    every parallel step; BLAS runs single-threaded inside it.
     """
 
     target: str = "cpu"
     opt_level: int = 2
-    jit: str = "eager"
+    jit: str = "auto"
     num_threads: int | None = None
     passes: str | tuple[str, ...] | None = None
     fast_math: bool = False
     hot_threshold: int = 5
     cache_dir: str | None = None
     max_specializations: int = 8     # input-shape signatures whose plans are kept (LRU)
-    own_threads: bool = True         # large GEMMs/convs (and their epilogues) run in parts on tlc's workers, BLAS
-    #                                  single-threaded; False: BLAS's own threads (see runtime.workers for why)
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -71,6 +71,10 @@ class CompileOptions:
             raise TypeError(f"unknown compile option(s) {', '.join(sorted(unknown))}; known: "
                             f"{', '.join(f.name for f in dataclasses.fields(cls))}")
         return cls(**given)
+
+    @property
+    def jit_enabled(self) -> bool:
+        return self.jit != "off"
 
     @property
     def threads(self) -> int:

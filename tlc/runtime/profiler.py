@@ -1,10 +1,8 @@
 """Step timings of profiled runs: a summary table, Chrome trace JSON (Perfetto) and collapsed stacks.
 
-A profiled run collects its events locally and hands them over once, at its end, under a lock; a ``Profile``
-returned by ``Plan.profile()`` is a snapshot that later runs do not change.
-
-A step made of parts (an epilogue step: the contraction, then the elementwise kernel) times them too while a
-profiled run is on its thread (``part_sink()`` is not None), so the table says which part of a step costs.
+A profiled run (the profiling variant of the generated runner, which reads the clock around each step)
+collects its events locally and hands them over once, at its end, under a lock; a ``Profile`` returned by
+``Plan.profile()`` is a snapshot that later runs do not change.
 """
 
 from __future__ import annotations
@@ -19,18 +17,6 @@ if TYPE_CHECKING:
     from .plan import Plan
 
 
-_PARTS = threading.local()
-
-
-def part_sink() -> list | None:
-    """The list a step appends ``(part name, start ns, duration ns)`` to while a profiled run is on this thread."""
-    return getattr(_PARTS, "sink", None)
-
-
-def set_part_sink(sink: list | None) -> None:
-    _PARTS.sink = sink
-
-
 @dataclass(frozen=True)
 class RunRecord:
     thread_id: int
@@ -38,7 +24,6 @@ class RunRecord:
     start_ns: int
     duration_ns: int
     events: tuple[tuple[int, int, int], ...]      # (step index, start ns, duration ns)
-    parts: tuple[tuple[int, str, int, int], ...] = ()   # (step index, part name, start ns, duration ns)
 
 
 @dataclass(frozen=True)
@@ -50,14 +35,16 @@ class StepInfo:
 
 
 def _step_info(plan: Plan) -> list[StepInfo]:
+    """Per step: names, and its kind: a fused group's, else how it runs now (``plan.stats()``'s mode)."""
     infos = []
-    for step in plan.program.steps:
-        state = getattr(step.impl, "state", None)
-        if state is not None:
-            ops = "+".join(n.op for n in state.body.ops())
-            infos.append(StepInfo(step.node.name, step.label, f"fused-{state.kind}", ops))
+    modes = [s.mode for s in plan.stats().steps]
+    for step, mode in zip(plan.program.steps, modes):
+        attrs = step.node.attrs
+        if step.label.startswith("tlc.Fused"):
+            ops = "+".join(n.op for n in attrs["body"].ops())
+            infos.append(StepInfo(step.node.name, step.label, f"fused-{attrs['kind']}", ops))
         else:
-            infos.append(StepInfo(step.node.name, step.label, step.impl.mode, step.node.op))
+            infos.append(StepInfo(step.node.name, step.label, mode, step.node.op))
     return infos
 
 
@@ -70,12 +57,10 @@ class Profile:
         self.runs: list[RunRecord] = list(runs or [])
         self._lock = threading.Lock()
 
-    def record(self, start_ns: int, duration_ns: int, events: list[tuple[int, int, int]],
-               parts: list[tuple[int, str, int, int]] = ()) -> None:
+    def record(self, start_ns: int, duration_ns: int, events: list[tuple[int, int, int]]) -> None:
         thread = threading.current_thread()
         with self._lock:
-            self.runs.append(RunRecord(threading.get_ident(), thread.name, start_ns, duration_ns, tuple(events),
-                                       tuple(parts)))
+            self.runs.append(RunRecord(threading.get_ident(), thread.name, start_ns, duration_ns, tuple(events)))
 
     def snapshot(self, reset: bool = False) -> Profile:
         with self._lock:
@@ -112,31 +97,14 @@ class Profile:
             r["percent"] = 100.0 * r["total_ms"] / grand
         return out
 
-    def part_summary(self) -> list[dict[str, Any]]:
-        """Rows per (op or group kind, part): calls, total ms, and the percent of all step time."""
-        infos = _step_info(self.plan)
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for run in self.runs:
-            for t, part, _, dur in run.parts:
-                row = rows.setdefault((infos[t].label, part), {"op": infos[t].label, "part": part, "calls": 0,
-                                                                "total_ms": 0.0})
-                row["calls"] += 1
-                row["total_ms"] += dur / 1e6
-        grand = sum(dur for run in self.runs for _, _, dur in run.events) / 1e6 or 1.0
-        out = sorted(rows.values(), key=lambda r: (-r["total_ms"], r["op"], r["part"]))
-        for r in out:
-            r["percent"] = 100.0 * r["total_ms"] / grand
-        return out
-
     def table(self) -> str:
         rows = self.summary()
-        parts = [dict(r, op=f"  {r['part']}", kind=f"part of {r['op']}") for r in self.part_summary()]
-        width = max([len(r["op"]) for r in rows + parts] + [10])
-        kind_width = max([len(r["kind"]) for r in rows + parts] + [20])
+        width = max([len(r["op"]) for r in rows] + [10])
+        kind_width = max([len(r["kind"]) for r in rows] + [20])
         lines = [f"profile of plan {self.plan_name!r}: {len(self.runs)} run(s)",
                  f"{'op / group':<{width}}  {'kind':<{kind_width}} {'calls':>7} {'total ms':>10} {'mean ms':>9} "
                  f"{'%':>6}"]
-        for r in rows + parts:
+        for r in rows:
             lines.append(f"{r['op']:<{width}}  {r['kind']:<{kind_width}} {r['calls']:>7} {r['total_ms']:>10.3f} "
                          f"{r['total_ms'] / max(r['calls'], 1):>9.4f} {r['percent']:>6.1f}")
         return "\n".join(lines)
@@ -163,10 +131,6 @@ class Profile:
                 events.append({"name": info.label, "cat": info.kind, "ph": "X", "pid": 1, "tid": tid,
                                "ts": (start - origin) / 1e3, "dur": dur / 1e3,
                                "args": {"node": info.name, "step": t}})
-            for t, part, start, dur in run.parts:
-                events.append({"name": part, "cat": "part", "ph": "X", "pid": 1, "tid": tid,
-                               "ts": (start - origin) / 1e3, "dur": dur / 1e3,
-                               "args": {"node": infos[t].name, "step": t}})
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
     def to_chrome_trace(self, path: str | os.PathLike) -> None:

@@ -1,20 +1,20 @@
-"""Thread counts for Numba and BLAS (``CompileOptions.num_threads``).
+"""One thread governance: Numba's pool runs every parallel step of a plan; BLAS runs single-threaded inside it.
 
-Numba's thread count is per calling thread, so a plan sets it at the start of every run (cheap). BLAS
-(OpenBLAS in numpy's wheels) has one process-wide count; it is read and, when it differs from the plan's, set
-through ``threadpoolctl`` at every run (~1 us). Without ``threadpoolctl`` the BLAS count cannot be governed:
-``blas_note()`` says so and ``stats()`` shows it.
+Why (measured on the 2-core machine, see docs/architecture.md): three pools used to meet in one run: Numba's
+OpenMP workers (parallel kernels), OpenBLAS's own threads (large products) and tlc's own worker threads (product
+slabs). Each pool's idle workers either spin, stealing the core the next step needs, or sleep, so every hand-off
+paid a wake-up (~50 us with ``OMP_WAIT_POLICY=PASSIVE``, the policy tlc had set to stop the spinning). A second
+thread made models slower. Now:
 
-With ``CompileOptions.own_threads`` (the default) BLAS runs single-threaded and the runtime splits large GEMMs
-over its own workers (``tlc.runtime.workers`` says why).
-
-Numba's OpenMP workers (libgomp) busy-wait ~300,000 pause loops (~11 ms on this machine) after every parallel
-kernel, without yielding; OpenBLAS's workers spin too (yielding) after every GEMM. On a machine with as many
-cores as threads the two pools then fight: a GEMM after a parallel kernel waited up to 10 ms for its worker's
-core (the mlp took 16 ms instead of 1.4 ms at 2 threads). ``quiet_openmp`` therefore makes libgomp's idle
-workers sleep at once (``OMP_WAIT_POLICY=PASSIVE``, which costs a parallel kernel ~50 us of wake-up, so small
-kernels run serially anyway), unless the user set a wait policy. libgomp reads it when Numba first loads it, so
-it is set before any plan runs; a process whose Numba pool already started keeps what it had.
+- products and convolutions are cut into parts that run as single-threaded BLAS calls inside Numba parallel
+  loops (``tlc.kernels.gemm``), epilogues right after each part on the same thread: one pool owns the cores;
+- OpenBLAS is set to one thread for the length of each run (process-wide in OpenBLAS; the first of concurrent
+  runs records the caller's count and the last one gives it back, so the user's own numpy keeps its threads);
+- libgomp's idle workers spin for a bounded time (``GOMP_SPINCOUNT``, about a millisecond) before sleeping: long
+  enough to bridge the Python between two steps (a parallel region then costs ~2 us instead of ~50), short
+  enough not to burn a core after a run. tlc sets it before Numba starts its pool, unless the user set
+  ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``;
+- Numba's thread count is per calling thread; each run sets it to the plan's ``num_threads``.
 """
 
 from __future__ import annotations
@@ -22,48 +22,27 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-_lock = threading.RLock()
-_controller: list | None = None     # threadpoolctl's controllers of the BLAS libraries loaded (numpy's OpenBLAS)
-_blas_touched = False               # whether some plan has set BLAS's thread count (else: the library's default)
-_numba_set = threading.local()       # Numba's count is per thread: has a plan set it on this one?
-_depth = 0                          # runs in progress that govern the BLAS count (process-wide)
-_blas_before: list[int] = []        # the BLAS counts found when the first of them began, restored by the last
+from ..kernels import blas
+
+#: libgomp spin iterations before an idle worker sleeps (~0.5-1.5 ms on the 2-core machine: 10,000 bridged
+#: gaps of 100 us between parallel regions, 30,000 gaps of 300 us, 100,000 gaps of 1 ms)
+SPIN_COUNT = 50_000
+
+_lock = threading.Lock()
+_depth = 0                  # runs in progress (process-wide), for BLAS's count
+_blas_before = 0            # BLAS's count when the first of them began
 
 
 def cores() -> int:
     return os.cpu_count() or 1
 
 
-def blas_note(num_threads: int | None) -> str:
-    """Empty when the BLAS thread count is as asked; otherwise why not."""
-    if num_threads is None:
-        return ""
-    try:
-        import threadpoolctl  # noqa: F401
-    except ImportError:
-        return "BLAS threads not governed: install threadpoolctl (OPENBLAS_NUM_THREADS works before start-up)"
-    return ""
-
-
-SPINNING_NOTE = ("Numba's OpenMP workers busy-wait after each parallel kernel (OMP_WAIT_POLICY is not PASSIVE, or "
-                 "Numba's pool started before tlc could set it): they slow the BLAS calls that follow")
-
-
-def quiet_openmp(environ: dict | None = None) -> bool:
-    """Ask libgomp for sleeping idle workers, unless the user chose a policy or the pool has started.
-
-    Returns whether the policy in force (or to be) is the quiet one.
-    """
+def configure_openmp(environ: dict | None = None) -> None:
+    """Set libgomp's bounded spin before Numba starts its pool (unless the user chose a policy)."""
     env = os.environ if environ is None else environ
-    if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env:
-        return env.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE"
-    if _numba_pool_started():
-        return False
-    env["OMP_WAIT_POLICY"] = "PASSIVE"
-    return True
+    if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env and not _numba_pool_started():
+        env["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
 
 
 def _numba_pool_started() -> bool:
@@ -71,63 +50,32 @@ def _numba_pool_started() -> bool:
     return bool(parallel is not None and getattr(parallel, "_is_initialized", False))
 
 
-def apply(num_threads: int | None, blas_threads: int | None = None) -> None:
-    """Make Numba (this thread) use ``num_threads`` (None: every core) and BLAS (the process) ``blas_threads``
-    (None: as many as Numba; 1 when tlc's own workers run the parts of large GEMMs)."""
-    global _blas_touched
-    numba = sys.modules.get("numba")
-    # NOTE: asking Numba starts its thread pool; leave it alone until some plan sets a count on this thread
-    if numba is not None and (num_threads is not None or getattr(_numba_set, "on_this_thread", False)):
-        want = min(num_threads or cores(), numba.config.NUMBA_NUM_THREADS)
-        if numba.get_num_threads() != want:
-            numba.set_num_threads(want)
-        _numba_set.on_this_thread = True
-    if blas_threads is None and num_threads is None and not _blas_touched:
-        return
-    want = blas_threads or num_threads or cores()
-    # NOTE: read back every time (~1 us): OpenBLAS 0.3.31 ignores a count set from a thread other than the one
-    # that set it before, so a cached "what we set" could be wrong
-    for lib in _blas_libraries():
-        if lib.get_num_threads() != want:
+class Governor:
+    """``with governor:`` around a run: Numba's count for this thread, BLAS single-threaded meanwhile."""
+
+    def __init__(self, threads: int):
+        import numba
+
+        self._numba = numba
+        self.threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+
+    def __enter__(self) -> None:
+        global _depth, _blas_before
+        numba = self._numba
+        if numba.get_num_threads() != self.threads:
+            numba.set_num_threads(self.threads)
+        if blas.AVAILABLE:
             with _lock:
-                lib.set_num_threads(want)
-        _blas_touched = True
+                if _depth == 0:
+                    _blas_before = blas.get_threads()
+                    if _blas_before != 1:
+                        blas.set_threads(1)
+                _depth += 1
 
-
-def _blas_libraries() -> list:
-    global _controller
-    if _controller is None:
-        with _lock:
-            try:
-                from threadpoolctl import ThreadpoolController
-            except ImportError:
-                _controller = []
-            else:
-                _controller = ThreadpoolController().select(user_api="blas").lib_controllers
-    return _controller
-
-
-@contextmanager
-def governed(num_threads: int | None, blas_threads: int | None = None) -> Iterator[None]:
-    """``apply`` for the duration of a run, then give the caller's numpy back its BLAS thread count.
-
-    The BLAS count is process-wide: the first of several concurrent runs records it and the last one to finish
-    restores it (a plan asks for 1 BLAS thread when its own workers split GEMMs; left behind, that would make
-    the user's own ``numpy.dot`` single-threaded and change its summation order). Numba's count is per
-    calling thread and only governs Numba's own parallel loops; it stays as the plan set it.
-    """
-    global _depth, _blas_before
-    with _lock:
-        if _depth == 0:
-            _blas_before = [lib.get_num_threads() for lib in _blas_libraries()]
-        _depth += 1
-    try:
-        apply(num_threads, blas_threads)
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                for lib, count in zip(_blas_libraries(), _blas_before):
-                    if lib.get_num_threads() != count:
-                        lib.set_num_threads(count)
+    def __exit__(self, *exc) -> None:
+        global _depth
+        if blas.AVAILABLE:
+            with _lock:
+                _depth -= 1
+                if _depth == 0 and _blas_before != 1:
+                    blas.set_threads(_blas_before)

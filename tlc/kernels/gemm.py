@@ -1,0 +1,123 @@
+"""Matrix products in parts: ONNX MatMul/Gemm as BLAS calls cut into slabs for the runtime's thread pool.
+
+A product ``C[..., M, N] = alpha * A[..., M, K] @ B[..., K, N]`` with broadcast batch dims is described by the
+arrays themselves (any strides BLAS accepts per matrix: transposed views cost nothing) and ``offs``, an int64
+array [batch, 3] of byte offsets of each batch's A, B and C matrices, computed once per input shape
+(``batch_offsets``). C is C-contiguous.
+
+``gemm_part(a, b, c, offs, alpha, cols, p, nparts) -> (lo, hi)`` computes part ``p`` of ``nparts`` as one or a
+few single-threaded BLAS calls:
+
+- row parts (``cols`` False): the flattened rows ``batch * M`` of C cut into ``nparts`` runs; the part returns
+  the flat element range [lo, hi) of C it wrote (contiguous), so an epilogue can follow on the same thread;
+- column parts (``cols`` True, one batch): B's and C's columns cut instead, so each thread streams its half of
+  the weights (a layer's [K, N] weights times a few rows of activations); the slab is strided and the part
+  returns (0, 0): the epilogue runs after every part, over ranges of its own (``flat_part``).
+
+``matmul(a, b, c, offs, alpha, cols, nparts)`` runs every part, on Numba's pool when ``nparts > 1``.
+A product with ``nparts == 1`` is a plain BLAS call per batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .blas import gemm_f32, gemm_f64
+
+#: work (multiply-adds) from which a product is cut into parts: ~25 us on one core, 10x a parallel region's cost
+PARALLEL_MIN_MACS = 1 << 20
+#: a column slab narrower than this costs BLAS more than the weight traffic it saves
+COLUMN_SPLIT_MIN = 128
+
+
+def batch_offsets(a_shape: tuple[int, ...], a_strides: tuple[int, ...], b_shape: tuple[int, ...],
+                  b_strides: tuple[int, ...], c_shape: tuple[int, ...], itemsize: int) -> np.ndarray:
+    """Byte offsets [batch, 3] of each batch's A, B and C matrix (numpy matmul broadcasting of batch dims)."""
+    batch_shape = tuple(c_shape[:-2])
+    count = int(np.prod(batch_shape, dtype=np.int64))
+    offs = np.zeros((count, 3), np.int64)
+    if not batch_shape:
+        return offs
+    index = np.indices(batch_shape).reshape(len(batch_shape), -1)
+    for col, (shape, strides) in enumerate(((a_shape, a_strides), (b_shape, b_strides))):
+        lead = len(batch_shape) - (len(shape) - 2)
+        for d in range(len(shape) - 2):
+            if shape[d] != 1:
+                offs[:, col] += index[lead + d] * strides[d]
+    c_strides = np.cumprod((1,) + tuple(c_shape[:0:-1]))[::-1] * itemsize
+    for d in range(len(batch_shape)):
+        offs[:, 2] += index[d] * int(c_strides[d])
+    return offs
+
+
+def column_split(m: int, n: int, batch: int, nparts: int) -> bool:
+    """Whether to cut columns: one batch, B outweighs A (N > M), and each slab is wide enough."""
+    return nparts > 1 and batch == 1 and n > m and n >= nparts * COLUMN_SPLIT_MIN
+
+
+def parts_for(macs: int, threads: int) -> int:
+    return threads if threads > 1 and macs >= PARALLEL_MIN_MACS else 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha):
+    """C[bi][r0:r1, c0:c1] = alpha * A[bi][r0:r1] @ B[bi][:, c0:c1] (one BLAS call)."""
+    item = c.itemsize
+    k = a.shape[-1]
+    n = c.shape[-1]
+    a_rs, a_cs = a.strides[-2] // item, a.strides[-1] // item
+    b_rs, b_cs = b.strides[-2] // item, b.strides[-1] // item
+    pa = a.ctypes.data + offs[bi, 0] + (r0 * a_rs) * item
+    pb = b.ctypes.data + offs[bi, 1] + (c0 * b_cs) * item
+    pc = c.ctypes.data + offs[bi, 2] + (r0 * n + c0) * item
+    if item == 4:
+        gemm_f32(r1 - r0, c1 - c0, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)
+    else:
+        gemm_f64(r1 - r0, c1 - c0, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)
+
+
+@njit(cache=True, nogil=True)
+def gemm_part(a, b, c, offs, alpha, cols, p, nparts):
+    """Part ``p`` of ``nparts`` of the product (see the module docstring); returns the flat range it wrote."""
+    m, n = c.shape[-2], c.shape[-1]
+    if cols:
+        c0, c1 = n * p // nparts, n * (p + 1) // nparts
+        _call(a, b, c, offs, 0, 0, m, c0, c1, alpha)
+        return 0, 0
+    rows = offs.shape[0] * m
+    r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
+    r = r0
+    while r < r1:
+        bi = r // m
+        stop = min(r1, (bi + 1) * m)
+        _call(a, b, c, offs, bi, r - bi * m, stop - bi * m, 0, n, alpha)
+        r = stop
+    return r0 * n, r1 * n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def flat_part(size, p, nparts):
+    """The flat range [lo, hi) of part ``p`` of ``nparts`` of ``size`` elements."""
+    return size * p // nparts, size * (p + 1) // nparts
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _matmul_parallel(a, b, c, offs, alpha, cols, nparts):
+    for p in prange(nparts):
+        gemm_part(a, b, c, offs, alpha, cols, p, nparts)
+
+
+@njit(cache=True, nogil=True)
+def _matmul_serial(a, b, c, offs, alpha):
+    for bi in range(offs.shape[0]):
+        _call(a, b, c, offs, bi, 0, c.shape[-2], 0, c.shape[-1], alpha)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, offs: np.ndarray, alpha: float, cols: bool,
+           nparts: int) -> None:
+    """The whole product into ``c`` (see the module docstring): serially, or in parts on Numba's pool."""
+    if nparts > 1:
+        _matmul_parallel(a, b, c, offs, alpha, cols, nparts)
+    else:
+        _matmul_serial(a, b, c, offs, alpha)

@@ -1,0 +1,521 @@
+"""Native steps: generated kernels of fused groups and elementwise ops, and products in parts on Numba's pool.
+
+Each ``bind`` returns the step's fallback calls (the reference, or numpy, into the planned outputs) and a
+``KernelRequest`` whose build compiles the kernel (``jit.py`` decides when) and whose calls run it. Kernels take
+flat C-contiguous arrays: an input that is a strided view is copied into scratch first.
+
+Products (MatMul, Gemm and the contraction of an epilogue group) run as single-threaded BLAS calls in parts on
+Numba's pool (``tlc.kernels.gemm``); an epilogue group whose contraction is a product is one compiled function
+that applies its elementwise part to each part's rows right after that part, on the same thread
+(``tlc.kernels.epilogue``). A conv epilogue runs the conv (``ConvImpl``) and then its elementwise kernel.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numba
+import numpy as np
+
+from ..errors import CompileError
+from ..ir.graph import Graph
+from ..ir.types import TensorType, np_dtype
+from ..kernels import KernelCache, KernelOptions, blas, compile_group, default_cache, gemm, lib_conv, split_epilogue
+from ..kernels.cpu import Contraction
+from ..kernels.epilogue import EpilogueKernel
+from ..kernels.plan import SUPPORTED_DTYPES, build_plan, typed_body
+from ..ops import opdef_of
+from .bound import FW, Bound, Call, F, KernelRequest, NotNative, Ref, V, W, contiguous_strides
+from .impl import BindContext, StepImpl, fallback_calls, spatial_window
+from .library import ConvNhwcImpl, expression_calls
+
+#: dtypes a one-op elementwise step compiles a kernel for (the fuse pass groups the same)
+KERNEL_DTYPES = frozenset({"float32", "float64", "bool"})
+_CACHES: dict[str, KernelCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def kernel_cache(ctx: BindContext) -> KernelCache:
+    """One ``KernelCache`` per directory, shared by every plan (the kernel library's default without one)."""
+    if ctx.options.cache_dir is None:
+        return default_cache()
+    with _CACHES_LOCK:
+        return _CACHES.setdefault(ctx.options.cache_dir, KernelCache(ctx.options.cache_dir))
+
+
+def kernel_options(ctx: BindContext) -> KernelOptions:
+    return KernelOptions(fast_math=ctx.options.fast_math, num_threads=ctx.options.threads)
+
+
+def numba_type(shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: np.dtype):
+    """Numba's type of an array of this shape, strides and dtype, as the runner will pass it."""
+    probe = np.lib.stride_tricks.as_strided(np.empty(1, dtype), shape=shape,
+                                            strides=strides or contiguous_strides(shape, dtype.itemsize))
+    return numba.typeof(probe)
+
+
+class Scratch:
+    """A step's scratch arrays as it builds its calls."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[tuple[int, ...], np.dtype]] = []
+
+    def add(self, shape: tuple[int, ...], dtype: np.dtype) -> int:
+        self.shapes.append((tuple(shape), np.dtype(dtype)))
+        return len(self.shapes) - 1
+
+
+def flat_inputs(ctx: BindContext, ports: list[int], scratch: Scratch) -> tuple[list[Call], list[Ref]]:
+    """Flat references to inputs ``ports`` for a kernel, and copies into scratch of the strided ones."""
+    copies, refs = [], []
+    for p in ports:
+        v = ctx.inputs[p]
+        if v in ctx.strides:
+            t = ctx.in_types[p]
+            k = scratch.add(tuple(t.shape), np_dtype(t.dtype))
+            copies.append(Call(np.copyto, (W(k), V(v))))
+            refs.append(FW(k))
+        else:
+            refs.append(F(v))
+    return copies, refs
+
+
+# ---------------------------------------------------------------------------- generated kernels
+def kernel_request(ctx: BindContext, body: Graph, kind: str, in_types: list[TensorType],
+                   in_refs: list[Ref], out_refs: list[Ref], what: str,
+                   fixed_alias: tuple[int, ...] | None = None) -> KernelRequest:
+    """A request for ``body``'s generated kernel over arrays ``in_refs`` -> ``out_refs`` (all flat). The memory
+    plan's alias (elementwise kernels) decides the variant unless ``fixed_alias`` does."""
+    in_shapes = [tuple(t.shape) for t in in_types]
+    out_shapes = [tuple(t.shape) for t in ctx.out_types]
+    options, cache = kernel_options(ctx), kernel_cache(ctx)
+
+    def variant(alias):
+        if kind != "elementwise":
+            return (-1,) * len(out_refs)
+        return tuple(fixed_alias if fixed_alias is not None else alias or (-1,) * len(out_refs))
+
+    def build(alias):
+        a = variant(alias)
+        kernel = compile_group(body, kind, in_types, options=options, cache=cache, alias=a)
+        kernel.entry_point = kernel.entry(in_shapes, out_shapes, a)
+        return kernel
+
+    def calls(kernel, alias):
+        fn, dims = kernel.entry_point
+        a = variant(alias)
+        outs = tuple(r for m, r in enumerate(out_refs) if a[m] < 0)
+        return [Call(fn, (dims, *in_refs, *kernel.constant_arrays, *outs))]
+
+    return KernelRequest(what, build, calls)
+
+
+def _with_copies(request: KernelRequest, copies: list[Call]) -> KernelRequest:
+    if not copies:
+        return request
+    return KernelRequest(request.name, request.build, lambda k, a: copies + request.calls(k, a))
+
+
+class FusedImpl(StepImpl):
+    """A ``tlc.Fused`` elementwise or reduction group: its generated kernel."""
+
+    mode = "native"
+
+    def __init__(self, body: Graph, kind: str):
+        self.body = body
+        self.kind = kind
+        self.reason = f"generated {kind} kernel"
+
+    def bind(self, ctx: BindContext) -> Bound:
+        return kernel_step(ctx, self.body, self.kind, f"{self.kind} kernel", fallback_calls(ctx))
+
+
+def kernel_step(ctx: BindContext, body: Graph, kind: str, what: str, fallback: list[Call]) -> Bound:
+    """A step that is one generated kernel over all its inputs and outputs."""
+    ctx.out_shapes()
+    if any(t is None for t in ctx.in_types) or any(s is None for s in ctx.in_shapes()):
+        raise NotNative("an optional input is absent")
+    if not ctx.options.jit_enabled:
+        return Bound(fallback, mode="reference", note="jit='off'", inplace=kind == "elementwise")
+    scratch = Scratch()
+    copies, refs = flat_inputs(ctx, list(range(len(ctx.inputs))), scratch)
+    request = kernel_request(ctx, body, kind, list(ctx.in_types), refs, [F(o) for o in ctx.outputs], what)
+    return Bound(fallback, mode="native", note=what, workspace=scratch.shapes, inplace=kind == "elementwise",
+                 request=_with_copies(request, copies))
+
+
+class ElementwiseImpl(StepImpl):
+    """One elementwise op outside any group: a one-op generated kernel (numpy from its expression meanwhile)."""
+
+    mode = "native"
+    reason = "generated elementwise kernel (one op)"
+
+    def bind(self, ctx: BindContext) -> Bound:
+        node = ctx.node
+        if len(ctx.outputs) != 1:
+            raise NotNative(f"{len(ctx.outputs)} outputs")
+        body = Graph("op")
+        ins = [None if t is None else body.input(f"in{i}", t.dtype, t.shape) for i, t in enumerate(ctx.in_types)]
+        body.output(body.add_node(node.op, ins, domain=node.domain, attrs=dict(node.attrs)), "out")
+        dtypes = {t.dtype for t in ctx.in_types + ctx.out_types if t is not None}
+        if not dtypes <= SUPPORTED_DTYPES:   # float16, strings: the reference
+            raise NotNative(f"no kernel for dtypes {', '.join(sorted(dtypes - SUPPORTED_DTYPES))}")
+        if not dtypes <= KERNEL_DTYPES:   # integer arithmetic: numpy has its semantics (and no compile)
+            return Bound(expression_calls(ctx), note="numpy from the op's scalar expression")
+        bound = kernel_step(ctx, body, "elementwise", "one-op elementwise kernel", expression_calls(ctx))
+        if bound.request is None:
+            bound.mode, bound.note = "library", "numpy from the op's scalar expression"
+        return bound
+
+
+# ---------------------------------------------------------------------------- products
+class Product:
+    """A MatMul or Gemm ``C = alpha * op(A) @ op(B)`` over broadcast batch dims, from a step's inputs 0 and 1."""
+
+    def __init__(self, ctx: BindContext, trans_a: bool, trans_b: bool, alpha: float):
+        a, b = ctx.in_shapes()[:2]
+        self.promoted = None
+        if len(a) < 2 or len(b) < 2:   # numpy's rule: a vector operand is a one-row (one-column) matrix
+            if not (ctx.contiguous(0) and ctx.contiguous(1)) or ctx.const(1) is not None and len(b) < 2:
+                raise NotNative("a strided or constant 1-D operand")
+            a, b = ((1,) + a if len(a) == 1 else a), (b + (1,) if len(b) == 1 else b)
+            out = np.broadcast_shapes(a[:-2], b[:-2]) + (a[-2], b[-1])
+            self.promoted = (a, b, out)
+        dtype = np_dtype(ctx.in_types[0].dtype)
+        if not blas.AVAILABLE:
+            raise NotNative(f"BLAS: {blas.REASON}")
+        if dtype not in (np.float32, np.float64):
+            raise NotNative(f"no native product for {dtype}")
+        strides = [ctx.strides.get(ctx.inputs[p]) or contiguous_strides(s, dtype.itemsize)
+                   for p, s in ((0, a), (1, b))]
+        self.b_const = ctx.const(1)
+        if self.b_const is not None and trans_b:   # pre-packed once: BLAS reads a row-major B fastest
+            self.b_const = np.ascontiguousarray(np.swapaxes(self.b_const, -1, -2))
+            b, strides[1], trans_b = self.b_const.shape, self.b_const.strides, False
+        self.dtype, self.alpha, self.views = dtype, alpha, (trans_a, trans_b)
+        self.a_shape, self.a_strides = _oriented(a, strides[0], trans_a)
+        self.b_shape, self.b_strides = _oriented(b, strides[1], trans_b)
+        for shape, st in ((self.a_shape, self.a_strides), (self.b_shape, self.b_strides)):
+            if not blas.blas_operand(np.lib.stride_tricks.as_strided(np.empty(1, dtype), shape[-2:], st[-2:])):
+                raise NotNative("an operand BLAS cannot read where it is")
+        self.out_shape = tuple(ctx.out_shapes()[0]) if self.promoted is None else self.promoted[2]
+        self.offs = gemm.batch_offsets(self.a_shape, self.a_strides, self.b_shape, self.b_strides, self.out_shape,
+                                       dtype.itemsize)
+        m, n, k = self.out_shape[-2], self.out_shape[-1], self.a_shape[-1]
+        self.nparts = gemm.parts_for(self.offs.shape[0] * m * n * k, ctx.threads)
+        self.cols = gemm.column_split(m, n, self.offs.shape[0], self.nparts)
+        self.a = ctx.const(0) if ctx.const(0) is not None else V(ctx.inputs[0])
+        self.b = self.b_const if self.b_const is not None else V(ctx.inputs[1])
+        self.note = (f"BLAS in {self.nparts} {'column' if self.cols else 'row'} parts" if self.nparts > 1
+                     else "BLAS")
+
+    def types(self) -> tuple:
+        """Numba types of (a, b, c, offs, alpha, cols) as ``gemm_part`` gets them."""
+        t = numba.types
+        a = numba.typeof(self.a) if isinstance(self.a, np.ndarray) else numba_type(self.a_shape, self.a_strides,
+                                                                                    self.dtype)
+        b = numba.typeof(self.b) if isinstance(self.b, np.ndarray) else numba_type(self.b_shape, self.b_strides,
+                                                                                    self.dtype)
+        return a, b, numba_type(self.out_shape, None, self.dtype), t.int64[:, ::1], t.float64, t.boolean
+
+
+def _oriented(shape: tuple[int, ...], strides: tuple[int, ...], trans: bool):
+    if not trans:
+        return tuple(shape), tuple(strides)
+    return shape[:-2] + (shape[-1], shape[-2]), strides[:-2] + (strides[-1], strides[-2])
+
+
+def oriented(a: np.ndarray, trans: bool) -> np.ndarray:
+    return np.swapaxes(a, -1, -2) if trans else a
+
+
+def product(a, b, c, offs, alpha, cols, nparts, trans_a, trans_b) -> None:
+    """``c = alpha * op(a) @ op(b)``, transposes as views (see ``tlc.kernels.gemm.matmul``)."""
+    gemm.matmul(oriented(a, trans_a), oriented(b, trans_b), c, offs, alpha, cols, nparts)
+
+
+def promoted_product(a, b, c, shapes, offs, alpha, cols, nparts, trans_a, trans_b) -> None:
+    """``product`` of vector operands seen as one-row / one-column matrices (``shapes``: a, b, c as such)."""
+    product(a.reshape(shapes[0]), b.reshape(shapes[1]), c.reshape(shapes[2]), offs, alpha, cols, nparts, trans_a,
+            trans_b)
+
+
+def numpy_product(a, b, out, alpha, trans_a, trans_b) -> None:
+    np.matmul(oriented(a, trans_a), oriented(b, trans_b), out=out)
+    if alpha != 1.0:
+        np.multiply(out, out.dtype.type(alpha), out=out)
+
+
+def gemm_tail(out: np.ndarray, c: np.ndarray, beta: float) -> None:
+    """Gemm's ``+ beta * C`` (C broadcast to the output)."""
+    np.add(out, c if beta == 1.0 else c * c.dtype.type(beta), out=out)
+
+
+def compile_product(types: tuple, nparts: int) -> str:
+    """Compile (or load) the product driver for these argument types; what a product step's job builds."""
+    if nparts > 1:
+        gemm._matmul_parallel.compile(types + (numba.types.int64,))
+    else:
+        gemm._matmul_serial.compile(types[:5])
+    return "gemm"
+
+
+class ProductImpl(StepImpl):
+    """MatMul and Gemm: BLAS in parts on Numba's pool; Gemm's C added after."""
+
+    mode = "native"
+    reason = "BLAS in parts"
+
+    def __init__(self, op: str, attrs: dict[str, Any]):
+        self.op = op
+        self.alpha = float(attrs.get("alpha", 1.0)) if op == "Gemm" else 1.0
+        self.beta = float(attrs.get("beta", 1.0)) if op == "Gemm" else 0.0
+        self.trans = (bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))) if op == "Gemm" else (False, False)
+
+    def accepts_strided(self, port: int) -> bool:
+        return port < 2
+
+    def bind(self, ctx: BindContext) -> Bound:
+        prod = Product(ctx, *self.trans, self.alpha)
+        out = V(ctx.outputs[0])
+        tail = []
+        if self.op == "Gemm" and len(ctx.inputs) > 2 and ctx.in_types[2] is not None and self.beta != 0.0:
+            c = ctx.const(2) if ctx.const(2) is not None else V(ctx.inputs[2])
+            tail = [Call(gemm_tail, (out, c, self.beta))]
+        fallback = [Call(numpy_product, (prod.a, prod.b, out, prod.alpha, *prod.views))] + tail
+        if not ctx.options.jit_enabled:
+            return Bound(fallback, note="numpy matmul (jit='off')")
+        types = prod.types()
+        args = (prod.offs, prod.alpha, prod.cols, prod.nparts, *prod.views)
+        native = (Call(product, (prod.a, prod.b, out) + args) if prod.promoted is None
+                  else Call(promoted_product, (prod.a, prod.b, out, prod.promoted) + args))
+        request = KernelRequest("product", lambda alias: compile_product(types, prod.nparts),
+                                lambda kernel, alias: [native] + tail)
+        return Bound(fallback, mode="native", note=prod.note, request=request)
+
+
+# ---------------------------------------------------------------------------- epilogue groups
+GEMM_PART = Contraction("tlc.kernels.gemm", "gemm_part", before=2, after=3)
+
+
+class EpilogueImpl(StepImpl):
+    """A contraction with elementwise work after it (see the module docstring)."""
+
+    mode = "native"
+    reason = "contraction in parts, epilogue on each part"
+
+    def __init__(self, body: Graph):
+        self.body = body
+        try:
+            self.contraction_body, self.elementwise = split_epilogue(body)
+        except CompileError as exc:
+            raise NotNative(str(exc)) from None
+        self.head = self.contraction_body.ops()[0]
+        self.head_attrs = opdef_of(self.head).resolved_attrs(self.head)
+        index = {n.name: i for i, n in enumerate(body.inputs)}
+        self.c_sources = [None if v is None else self._source(v, index)
+                          for v in self.contraction_body.inputs_of(self.head)]
+        self.ew_sources = [index[n.name] for n in self.elementwise.inputs[1:]]
+
+    def _source(self, v, index) -> tuple[str, Any]:
+        node = self.contraction_body.node(v)
+        return ("const", self.contraction_body.const_value(v)) if node.op == "Constant" else ("in", index[node.name])
+
+    @property
+    def is_product(self) -> bool:
+        return self.head.domain == "" and self.head.op in ("MatMul", "Gemm")
+
+    def accepts_strided(self, port: int) -> bool:
+        return self.is_product and port not in self.ew_sources and ("in", port) in self.c_sources[:2]
+
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.in_shapes()
+        try:   # the body typed for these shapes, cut the same way
+            elementwise = split_epilogue(typed_body(self.body, list(ctx.in_types)))[1]
+        except CompileError as exc:
+            raise NotNative(str(exc)) from None
+        ew_types = [n.output_types[0] for n in elementwise.inputs]
+        if not all(t.is_static for t in ew_types):
+            raise NotNative("the epilogue's shapes are not static")
+        sub = _contraction_context(ctx, self.c_sources)
+        out0 = ctx.out_types[0]
+        acc_type = sub.out_types[0] = ew_types[0]
+        in_place = (len(ctx.outputs) == 1 and tuple(out0.shape) == tuple(acc_type.shape)
+                    and out0.dtype == acc_type.dtype)
+        scratch = Scratch()
+        acc = (V(ctx.outputs[0]), F(ctx.outputs[0])) if in_place else _scratch_pair(scratch, acc_type)
+        copies, ew_refs = flat_inputs(ctx, self.ew_sources, scratch)
+        if not ctx.options.jit_enabled:
+            return Bound(fallback_calls(ctx), mode="reference", note="jit='off'", workspace=scratch.shapes)
+        if self.is_product:
+            return self._product(ctx, sub, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs)
+        make_head = CONV_HEADS.get(self.head.qualified_op)
+        if make_head is None:
+            raise NotNative(f"no native contraction for {self.head.qualified_op}")
+        conv = make_head(self.head_attrs).bind_into(sub, acc[0], scratch.shapes)
+        out_refs = [F(o) for o in ctx.outputs]
+        alias = (0 if in_place else -1,) + (-1,) * (len(out_refs) - 1)
+        ew = kernel_request(ctx, elementwise, "elementwise", ew_types, [acc[1]] + ew_refs, out_refs,
+                            "epilogue kernel", fixed_alias=alias)
+        build_conv = conv.request.build if conv.request else (lambda alias: None)
+
+        def build(alias):
+            return build_conv(None), ew.build(None)
+
+        def calls(kernels, alias):
+            conv_calls = conv.request.calls(kernels[0], None) if conv.request else conv.calls
+            return conv_calls + copies + ew.calls(kernels[1], None)
+
+        return Bound(fallback_calls(ctx), mode="native", note=f"{conv.note} + epilogue kernel",
+                     workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls))
+
+    def _product(self, ctx, sub, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs) -> Bound:
+        attrs = self.head_attrs
+        is_gemm = self.head.op == "Gemm"
+        trans = (bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0))) if is_gemm else (False, False)
+        prod = Product(sub, *trans, float(attrs.get("alpha", 1.0)) if is_gemm else 1.0)
+        if prod.out_shape != tuple(ew_types[0].shape):
+            raise NotNative("the product's shape differs from the epilogue's")
+        plan = build_plan(elementwise, "elementwise")
+        types = prod.types()
+        total = int(np.prod(prod.out_shape))
+        ew_shapes = [tuple(t.shape) for t in ew_types]
+        options, cache = kernel_options(ctx), kernel_cache(ctx)
+
+        def build(alias):
+            kernel = EpilogueKernel(plan, options, cache, GEMM_PART, types, prod.nparts > 1,
+                                    alias=(0,) if in_place else None)
+            const_shapes = [c.shape for c in kernel.constant_arrays]
+            kernel.dims = np.asarray(kernel.layout.dims(prod.out_shape, ew_shapes + const_shapes), np.int64)
+            return kernel
+
+        def calls(kernel, alias):
+            outs = () if in_place else tuple(F(o) for o in ctx.outputs)
+            args = (kernel.dims, total, prod.nparts, 0, prod.cols, prod.a, prod.b, acc[0], prod.offs, prod.alpha,
+                    prod.cols, acc[1], *ew_refs, *kernel.constant_arrays, *outs)
+            if any(prod.views):
+                return copies + [Call(transposed_call, (kernel.function, prod.views) + args)]
+            return copies + [Call(kernel.function, args)]
+
+        return Bound(fallback_calls(ctx), mode="native", note=f"{self.head.op}: {prod.note} + epilogue",
+                     workspace=scratch.shapes, request=KernelRequest("epilogue", build, calls))
+
+
+def _scratch_pair(scratch: Scratch, t: TensorType) -> tuple[Ref, Ref]:
+    k = scratch.add(tuple(t.shape), np_dtype(t.dtype))
+    return W(k), FW(k)
+
+
+def transposed_call(fn, views, dims, total, nparts, nprep, deferred, a, b, *rest) -> None:
+    fn(dims, total, nparts, nprep, deferred, oriented(a, views[0]), oriented(b, views[1]), *rest)
+
+
+def _contraction_context(ctx: BindContext, sources: list) -> BindContext:
+    """``ctx`` seen from an epilogue group's contraction: its input ports mapped to the group's, constants of the
+    contraction body known under ids of their own (negative, never a value of the plan)."""
+    inputs, types, known = [], [], dict(ctx.known)
+    for k, s in enumerate(sources):
+        if s is not None and s[0] == "in":
+            inputs.append(ctx.inputs[s[1]])
+            types.append(ctx.in_types[s[1]])
+        else:
+            inputs.append(-1 - k)
+            types.append(None if s is None else TensorType.of(s[1]))
+            if s is not None:
+                known[-1 - k] = s[1]
+    return BindContext(ctx.node, ctx.attrs, tuple(inputs), ctx.outputs, types, list(ctx.out_types), known,
+                       ctx.strides, ctx.options, ctx.run_node)
+
+
+# ---------------------------------------------------------------------------- convolution
+class ConvImpl(StepImpl):
+    """2-D convolution: 1x1 as a product, im2col + a product in parts, or the direct depthwise kernel."""
+
+    mode = "native"
+    reason = "conv: GEMM (1x1), im2col + BLAS in parts, or direct depthwise"
+
+    def __init__(self, attrs: dict[str, Any]):
+        self.attrs = attrs
+
+    def bind(self, ctx: BindContext) -> Bound:
+        work: list = []
+        bound = self.bind_into(ctx, V(ctx.outputs[0]), work)
+        bound.workspace = work
+        return bound
+
+    def bind_into(self, ctx: BindContext, out: Ref, work: list) -> Bound:
+        """The conv of ``ctx``'s inputs (with its bias) into ``out``; its scratch appended to ``work``."""
+        x, w, *_ = ctx.in_shapes()
+        y = tuple(ctx.out_types[0].shape)
+        if len(x) != 4:
+            raise NotNative(f"only 2-D convolutions are native (input rank {len(x)})")
+        if not ctx.contiguous(0):
+            raise NotNative("a strided conv input")
+        window, begin, _ = spatial_window(self.attrs, w[2:], x[2:])
+        geo = lib_conv.geometry(x, w, y, window.strides, begin, window.dilations, int(self.attrs.get("group", 1)))
+        algo = lib_conv.choose_algorithm(geo, ctx.options.jit_enabled)
+        dtype = np_dtype(ctx.in_types[0].dtype)
+        first = len(work)
+        work += [(tuple(s), dtype) for s in lib_conv.workspace(geo, algo)]
+        refs = tuple(W(k) for k in range(first, len(work)))
+        xin = ctx.const(0) if ctx.const(0) is not None else V(ctx.inputs[0])
+        weight = ctx.const(1) if ctx.const(1) is not None else V(ctx.inputs[1])
+        bias = None
+        if len(ctx.inputs) > 2 and ctx.in_types[2] is not None:
+            bias = ctx.const(2) if ctx.const(2) is not None else V(ctx.inputs[2])
+        fallback = [Call(conv_numpy, (algo, xin, weight, bias, out, geo) + refs)]
+        if not ctx.options.jit_enabled or not blas.AVAILABLE or dtype not in (np.float32, np.float64):
+            return Bound(fallback, note=f"{algo} (numpy)")
+        m, k, hw = geo.m, geo.c * geo.kh * geo.kw, geo.ho * geo.wo
+        nparts = gemm.parts_for(geo.n * m * k * hw // geo.group, ctx.threads)
+        if algo == "direct" or geo.group != 1:
+            return Bound(fallback, mode="native" if algo == "direct" else "library", note=algo,
+                         request=KernelRequest("conv", lambda alias: _warm_direct(dtype), lambda kern, alias: fallback)
+                         if algo == "direct" else None)
+        cols = gemm.column_split(m, hw, 1, nparts)
+        item = dtype.itemsize
+        offs = gemm.batch_offsets((m, k), (k * item, item), (1, k, hw), (0, hw * item, item), (1, m, hw), item)
+        t = numba.types
+        mat = t.Array(numba.from_dtype(dtype), 2, "C")
+        arr3 = t.Array(numba.from_dtype(dtype), 3, "C")
+        types = (mat, arr3, arr3, t.int64[:, ::1], t.float64, t.boolean)
+        native = [Call(conv_parts, (algo, xin, weight, bias, out, geo, offs, cols, nparts) + refs)]
+        return Bound(fallback, mode="native", note=f"{algo}, BLAS in {nparts} part(s)",
+                     request=KernelRequest("conv", lambda alias: compile_product(types, nparts),
+                                           lambda kern, alias: native))
+
+
+#: contractions an epilogue group runs before its elementwise kernel (products are fused with it instead)
+CONV_HEADS = {"Conv": ConvImpl, "tlc.ConvNhwc": ConvNhwcImpl}
+
+
+def _warm_direct(dtype: np.dtype) -> str:
+    x = np.zeros((1, 1, 1, 1), dtype)
+    lib_conv.direct_kernel()(x, x.copy(), np.zeros(1, dtype), x.copy(), 1, 1, 1, 1, 0, 0, 1)
+    return "direct"
+
+
+def conv_numpy(algo, x, w, b, out, geo, *work) -> None:
+    lib_conv.run(algo, x, w, b, out, geo, list(work))
+
+
+def conv_parts(algo, x, w, b, out, geo, offs, cols, nparts, *work) -> None:
+    """A conv whose product runs in parts on Numba's pool: im2col (numpy) per image, then BLAS."""
+    m, hw = geo.m, geo.ho * geo.wo
+    w2 = w.reshape(m, -1)
+    for n in range(geo.n):
+        if algo == "gemm1x1":
+            src = x[n]
+            if (geo.sh, geo.sw) != (1, 1):
+                np.copyto(work[0][n], x[n, :, ::geo.sh, ::geo.sw][:, :geo.ho, :geo.wo])
+                src = work[0][n]
+            colmat = src.reshape(1, geo.c, hw)
+        else:
+            xp = lib_conv.pad_into(work[0], x[n], geo.pt, geo.pl) if geo.needs_padding else x[n]
+            colbuf = work[-1]
+            np.copyto(colbuf.reshape(geo.c, geo.kh, geo.kw, geo.ho, geo.wo), lib_conv._windows(xp, geo))
+            colmat = colbuf.reshape(1, -1, hw)
+        gemm.matmul(w2, colmat, out[n].reshape(1, m, hw), offs, 1.0, cols, nparts)
+    if b is not None:
+        np.add(out, b.reshape(1, -1, 1, 1), out=out)

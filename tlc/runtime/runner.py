@@ -1,0 +1,206 @@
+"""The generated runner: one straight-line Python function per specialization, the way TorchInductor's wrapper
+and onnxruntime's sequential executor with memory patterns run a model.
+
+For a specialization, ``generate`` writes::
+
+    def make(arena):                      # bound once per arena: planned buffers as closure variables
+        v12, f12, w3_0 = arena
+        def run(v0):                      # the feeds, already checked against the signature
+            v5 = k0(v0, c1)               # a view step
+            k2(c3, f5, c4, f12)           # a generated kernel: dims, flat inputs, constants, flat outputs
+            v9 = np_empty(c5, c6)         # a graph output: a fresh array every run
+            k7(v12, c8, v9, c9, c10, c11) # a product in parts into it
+            return (v9,)
+        return run
+
+Every name in the source is generated here (``v``/``f`` values N-D and flat, ``w``/``fw`` scratch, ``k``
+callables, ``c`` constants); callables and constants live in the namespace the source runs in, so nothing taken
+from a model is ever pasted into source. A profiling variant times each step. Source lines map back to steps, so
+a failure names its node at no cost to runs that do not fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .bound import Call, Ref
+from .memory import ALIGN
+from .specialize import Specialization
+
+_COUNTER = itertools.count()
+
+
+def np_dtype_of(name: str) -> np.dtype:
+    return np.dtype(bool) if name == "bool" else np.dtype(name)
+
+
+class Arena:
+    """One run's buffers: the memory plan's slots, viewed per planned value (N-D and flat) and scratch array."""
+
+    def __init__(self, spec: Specialization):
+        memory = spec.memory
+        buffers = [_aligned(n) for n in memory.slot_bytes]
+        self.arrays: dict[tuple, np.ndarray] = {}
+        for v, s in memory.placement.items():
+            t = spec.types[v]
+            flat = _view(buffers[s], int(np.prod(t.shape, dtype=np.int64)), np_dtype_of(t.dtype))
+            self.arrays[("v", v)] = flat.reshape(tuple(t.shape))
+            self.arrays[("f", v)] = flat
+        for _, out, donor in memory.inplace:   # NOTE: one array object, so a kernel sees it runs in place
+            self.arrays[("v", out)] = self.arrays[("v", donor)]
+            self.arrays[("f", out)] = self.arrays[("f", donor)]
+        for t, work in enumerate(memory.work):
+            for k, (slot, shape, dtype) in enumerate(work):
+                flat = _view(buffers[slot], int(np.prod(shape, dtype=np.int64)), np.dtype(dtype))
+                self.arrays[("w", t, k)] = flat.reshape(shape)
+                self.arrays[("fw", t, k)] = flat
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    offset = (-raw.ctypes.data) % ALIGN
+    return raw[offset:offset + nbytes]
+
+
+def _view(buffer: np.ndarray, count: int, dtype: np.dtype) -> np.ndarray:
+    return buffer[:count * dtype.itemsize].view(dtype)
+
+
+class Runner:
+    """A generated run function's maker for one specialization, and what it was generated from."""
+
+    def __init__(self, make: Callable[[Arena], Callable], keys: list[tuple], source: str, filename: str,
+                 line_steps: dict[int, int], modes: list[str], generation: int):
+        self._make = make
+        self.keys = keys
+        self.source = source
+        self.filename = filename
+        self.line_steps = line_steps
+        self.modes = modes
+        self.generation = generation
+
+    def bind(self, arena: Arena) -> Callable:
+        return self._make(tuple(arena.arrays[k] for k in self.keys))
+
+
+class _Writer:
+    def __init__(self, spec: Specialization) -> None:
+        self.spec = spec
+        self.namespace: dict[str, Any] = {"np_empty": np.empty, "np_copy": np.array, "clock": time.perf_counter_ns}
+        self._names: dict[int, str] = {}
+        self._keep: list[Any] = []           # keeps objects named by id alive
+        self.arena_keys: dict[str, tuple] = {}
+        self.flat_of: set[int] = set()        # values whose flat view the runner must make itself
+
+    def const(self, obj: Any, prefix: str = "c") -> str:
+        name = self._names.get(id(obj))
+        if name is None:
+            name = self._names[id(obj)] = f"{prefix}{len(self._names)}"
+            self.namespace[name] = obj
+            self._keep.append(obj)
+        return name
+
+    def ref(self, r: Ref, t: int) -> str:
+        spec = self.spec
+        if r.kind in ("w", "fw"):
+            name = f"{r.kind}{t}_{r.index}"
+            self.arena_keys[name] = (r.kind, t, r.index)
+            return name
+        if r.index >= len(spec.types):   # an absent optional input
+            return "None"
+        if r.index in spec.known:
+            value = spec.known[r.index]
+            return self.const(value if r.kind == "v" else self._flat(value))
+        name = f"{r.kind}{r.index}"
+        if r.index in spec.memory.placement:
+            self.arena_keys[name] = (r.kind, r.index)
+        elif r.kind == "f":
+            self.flat_of.add(r.index)
+        return name
+
+    def _flat(self, value: np.ndarray) -> np.ndarray:
+        # NOTE: writeable, as kernels are compiled for (Numba types a read-only array as another type)
+        flat = (np.ascontiguousarray(value) if value.flags.writeable else np.array(value, order="C")).reshape(-1)
+        self._keep.append(flat)
+        return flat
+
+    def call(self, call: Call, t: int) -> str:
+        fn = self.const(call.fn, "k")
+        args = [self.arg(a, t) for a in call.args]
+        args += [f"{_keyword(k)}={self.arg(v, t)}" for k, v in (call.kwargs or {}).items()]
+        text = f"{fn}({', '.join(args)})"
+        if not call.result:
+            return text
+        targets = ", ".join(f"v{v}" for v in call.result)
+        return f"{targets}{',' if call.unpack and len(call.result) == 1 else ''} = {text}"
+
+    def arg(self, a: Any, t: int) -> str:
+        return self.ref(a, t) if isinstance(a, Ref) else self.const(a)
+
+
+def generate(spec: Specialization, profile: bool = False) -> Runner:
+    """The runner of ``spec`` as its kernels stand now (steps whose kernel is not ready run their fallback)."""
+    generation = spec.generation
+    program = spec.program
+    w = _Writer(spec)
+    feeds = {v for _, v, _ in program.feeds}
+    body: list[tuple[int, str, tuple[int, ...]]] = []      # (step index or -1, line, values it defines)
+    modes = []
+    for t, a in enumerate(spec.active):
+        calls, mode = spec.calls_of(a)
+        modes.append(mode)
+        for v in a.step.outputs:
+            if v in spec.memory.fresh:
+                tv = spec.types[v]
+                body.append((a.step.index, f"v{v} = np_empty({w.const(tuple(tv.shape))}, "
+                                           f"{w.const(np_dtype_of(tv.dtype))})", (v,)))
+        if profile:
+            body.append((-1, "_t = clock()", ()))
+        for call in calls:
+            body.append((a.step.index, w.call(call, t), call.result))
+        if profile:
+            body.append((-1, f"ev_append(({a.step.index}, _t, clock() - _t))", ()))
+    returns, seen = [], set()
+    for _, v in program.outputs:
+        if v in spec.known:
+            returns.append(f"np_copy({w.const(spec.known[v])})")
+        elif v in spec.memory.fresh and v not in seen:
+            returns.append(f"v{v}")
+        else:
+            returns.append(f"np_copy(v{v})")
+        seen.add(v)
+    lines: list[tuple[int, str]] = [(-1, f"f{v} = v{v}.reshape(-1)") for v in sorted(w.flat_of & feeds)]
+    for step, line, defines in body:
+        lines.append((step, line))
+        lines += [(step, f"f{v} = v{v}.reshape(-1)") for v in defines if v in w.flat_of]
+    keys = sorted(w.arena_keys)
+    params = [f"v{v}" for _, v, _ in program.feeds] + (["ev_append"] if profile else [])
+    source = ["def make(arena):"]
+    if keys:
+        source.append(f"    {', '.join(keys)}, = arena")
+    source.append(f"    def run({', '.join(params)}):")
+    line_steps = {}
+    for step, line in lines:
+        source.append(f"        {line}")
+        if step >= 0:
+            line_steps[len(source)] = step
+    source.append(f"        return ({', '.join(returns)}{',' if len(returns) == 1 else ''})")
+    source.append("    return run")
+    text = "\n".join(source) + "\n"
+    filename = f"<tlc-runner-{next(_COUNTER)}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    exec(compile(text, filename, "exec"), w.namespace)
+    return Runner(w.namespace["make"], [w.arena_keys[k] for k in keys], text, filename, line_steps, modes,
+                  generation)
+
+
+def _keyword(name: str) -> str:
+    if not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"not a keyword argument name of tlc's own: {name!r}")
+    return name
