@@ -27,8 +27,9 @@ import llvmlite.binding as llvm
 import numba
 
 _HERE = Path(__file__).resolve().parent
-#: sources compiled into every kernel besides its own module (mathlib is inlined)
-_RUNTIME_SOURCES = ("mathlib.py", "bits.py", "_coefficients.py", "cudalib.py")
+#: sources compiled into every kernel besides its own module (mathlib is inlined; epilogue modules call the
+#: product parts of gemm.py, which call BLAS through blas.py)
+_RUNTIME_SOURCES = ("mathlib.py", "bits.py", "_coefficients.py", "cudalib.py", "gemm.py", "blas.py")
 
 
 def default_cache_dir() -> Path:
@@ -44,7 +45,10 @@ def _environment_digest() -> str:
     from .._version import __version__ as tlc_version
 
     h = hashlib.sha256()
+    from .blas import IDENTITY as blas_identity
+
     h.update(f"tlc={tlc_version};numba={numba.__version__};llvmlite={llvmlite.__version__};".encode())
+    h.update(f"blas={blas_identity};".encode())
     h.update(f"cpu={llvm.get_host_cpu_name()};{llvm.get_host_cpu_features().flatten()};".encode())
     for name in _RUNTIME_SOURCES:
         h.update((_HERE / name).read_bytes())
