@@ -3,6 +3,7 @@
 The public API is re-exported here; see README.md.
 """
 
+from . import _platform as _platform  # NOTE: first: picks numpy's BLAS kernels before anything loads numpy
 from . import ops as ops  # registers every operator and installs the IR's op resolver
 from . import reference as reference
 from ._version import __version__ as __version__

@@ -164,3 +164,19 @@ def test_openmp_spin_is_bounded_unless_the_user_chose_a_policy(monkeypatch):
     started: dict[str, str] = {}
     threads.configure_openmp(started)
     assert started == {}   # too late: libgomp has read its environment
+
+
+def test_blas_kernels_are_chosen_before_numpy_loads_and_never_over_the_users_choice(monkeypatch):
+    """On an AMD CPU with AVX-512, OpenBLAS's Haswell kernels (faster there) are asked for, before numpy loads."""
+    from tlc import _platform
+
+    monkeypatch.setattr(_platform, "wants_haswell_kernels", lambda: True)
+    env: dict[str, str] = {}
+    assert _platform.choose_blas_kernels(env, numpy_loaded=False) and env == {"OPENBLAS_CORETYPE": "Haswell"}
+    users = {"OPENBLAS_CORETYPE": "SkylakeX"}
+    assert not _platform.choose_blas_kernels(users, numpy_loaded=False) and users == {"OPENBLAS_CORETYPE": "SkylakeX"}
+    late: dict[str, str] = {}
+    assert not _platform.choose_blas_kernels(late, numpy_loaded=True) and late == {}
+    monkeypatch.setattr(_platform, "wants_haswell_kernels", lambda: False)
+    other: dict[str, str] = {}
+    assert not _platform.choose_blas_kernels(other, numpy_loaded=False) and other == {}

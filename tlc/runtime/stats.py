@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._platform import blas_note
+
 if TYPE_CHECKING:
     from .plan import Plan
     from .specialize import Active, Specialization
@@ -72,6 +74,8 @@ class PlanStats:
         for sp in self.specializations:
             lines.append(f"shapes {sp['signature']}: arena {sp['arena_bytes'] / 2**20:.2f} MiB in {sp['slots']} "
                          f"buffer(s), {sp['inplace']} in-place step(s), {sp['folded']} step(s) folded")
+        if t.get("blas_note"):
+            lines.append(t["blas_note"])
         return "\n".join(lines)
 
 
@@ -124,6 +128,7 @@ def build_stats(plan: Plan, specs: list[Specialization]) -> PlanStats:
         "compile_ms": sum(j.compile_ms or 0.0 for j in jobs),
         "timings_ms": dict(plan.timings),
         "threads": plan.options.threads,
+        "blas_note": blas_note(),
     }
     specializations = [{"signature": spec.signature, "arena_bytes": spec.memory.arena_bytes,
                         "slots": len(spec.memory.slot_bytes), "inplace": len(spec.memory.inplace),
