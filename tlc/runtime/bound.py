@@ -84,6 +84,7 @@ class Bound:
     inplace: bool = False                 # elementwise: an output may take the buffer of an input dying here
     request: KernelRequest | None = None  # a native kernel to compile; ``calls`` run until it is ready
     out_strides: list[tuple[int, ...] | None] | None = None   # view steps: the strides of each output
+    blas: bool = False                    # calls BLAS (the run then sets BLAS to one thread)
 
 
 def static_shapes(types: list[TensorType | None], what: str) -> list[tuple[int, ...] | None]:

@@ -429,7 +429,7 @@ class ConvNhwcImpl(StepImpl):
     def bind(self, ctx: BindContext) -> Bound:
         work: list = []
         bound = self.bind_into(ctx, V(ctx.outputs[0]), work)
-        bound.workspace = work
+        bound.workspace, bound.blas = work, True
         return bound
 
     def bind_into(self, ctx: BindContext, out: Ref, work: list) -> Bound:

@@ -285,14 +285,14 @@ class ProductImpl(StepImpl):
             tail = [Call(gemm_tail, (out, c, self.beta))]
         fallback = [Call(numpy_product, (prod.a, prod.b, out, prod.alpha, *prod.views))] + tail
         if not ctx.options.jit_enabled:
-            return Bound(fallback, note="numpy matmul (jit='off')")
+            return Bound(fallback, note="numpy matmul (jit='off')", blas=True)
         types = prod.types()
         args = (prod.offs, prod.alpha, prod.cols, prod.nparts, *prod.views)
         native = (Call(product, (prod.a, prod.b, out) + args) if prod.promoted is None
                   else Call(promoted_product, (prod.a, prod.b, out, prod.promoted) + args))
         request = KernelRequest("product", lambda alias: compile_product(types, prod.nparts),
                                 lambda kernel, alias: [native] + tail)
-        return Bound(fallback, mode="native", note=prod.note, request=request)
+        return Bound(fallback, mode="native", note=prod.note, request=request, blas=True)
 
 
 # ---------------------------------------------------------------------------- epilogue groups
@@ -347,7 +347,7 @@ class EpilogueImpl(StepImpl):
         acc = (V(ctx.outputs[0]), F(ctx.outputs[0])) if in_place else _scratch_pair(scratch, acc_type)
         copies, ew_refs = flat_inputs(ctx, self.ew_sources, scratch)
         if not ctx.options.jit_enabled:
-            return Bound(fallback_calls(ctx), mode="reference", note="jit='off'", workspace=scratch.shapes)
+            return Bound(fallback_calls(ctx), mode="reference", note="jit='off'", workspace=scratch.shapes, blas=True)
         if self.is_product:
             return self._product(ctx, sub, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs)
         make_head = CONV_HEADS.get(self.head.qualified_op)
@@ -368,7 +368,7 @@ class EpilogueImpl(StepImpl):
             return conv_calls + copies + ew.calls(kernels[1], None)
 
         return Bound(fallback_calls(ctx), mode="native", note=f"{conv.note} + epilogue kernel",
-                     workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls))
+                     workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls), blas=True)
 
     def _product(self, ctx, sub, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs) -> Bound:
         attrs = self.head_attrs
@@ -399,7 +399,7 @@ class EpilogueImpl(StepImpl):
             return copies + [Call(kernel.function, args)]
 
         return Bound(fallback_calls(ctx), mode="native", note=f"{self.head.op}: {prod.note} + epilogue",
-                     workspace=scratch.shapes, request=KernelRequest("epilogue", build, calls))
+                     workspace=scratch.shapes, request=KernelRequest("epilogue", build, calls), blas=True)
 
 
 def _scratch_pair(scratch: Scratch, t: TensorType) -> tuple[Ref, Ref]:
@@ -441,7 +441,7 @@ class ConvImpl(StepImpl):
     def bind(self, ctx: BindContext) -> Bound:
         work: list = []
         bound = self.bind_into(ctx, V(ctx.outputs[0]), work)
-        bound.workspace = work
+        bound.workspace, bound.blas = work, True
         return bound
 
     def bind_into(self, ctx: BindContext, out: Ref, work: list) -> Bound:

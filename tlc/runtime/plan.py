@@ -9,11 +9,12 @@ arrive from the JIT thread as they are compiled (``jit.py``); the runner is rege
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
 import time
 import warnings
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 
 import numpy as np
@@ -36,16 +37,20 @@ POOL_SIZE = 8   # arenas kept per specialization (one per concurrent run)
 
 
 class Counter:
-    """A thread-safe counter (runs come from several threads)."""
+    """A thread-safe counter (runs come from several threads) that costs no lock: ``itertools.count``'s
+    ``next`` is atomic in CPython."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.value = 0
+        self._count = itertools.count(1)
+        self._last = 0
 
     def incr(self) -> int:
-        with self._lock:
-            self.value += 1
-            return self.value
+        self._last = n = next(self._count)
+        return n
+
+    @property
+    def value(self) -> int:
+        return self._count.__reduce__()[1][0] - 1
 
 
 class SpecState:
@@ -55,7 +60,7 @@ class SpecState:
         self.spec = spec
         self.runs = Counter()
         self._runners: dict[bool, Runner] = {}
-        self._pool: list[list] = []          # [arena, runner, bound run function]
+        self._pool: deque[list] = deque()    # [arena, runner, bound run function]; append/pop are atomic
         self._lock = threading.Lock()
 
     def runner(self, profile: bool = False) -> Runner:
@@ -68,9 +73,9 @@ class SpecState:
         return runner
 
     def take(self, runner: Runner) -> list:
-        with self._lock:
-            slot = self._pool.pop() if self._pool else None
-        if slot is None:
+        try:
+            slot = self._pool.pop()
+        except IndexError:
             arena = Arena(self.spec)
             return [arena, runner, runner.bind(arena)]
         if slot[1] is not runner:
@@ -78,9 +83,8 @@ class SpecState:
         return slot
 
     def give(self, slot: list) -> None:
-        with self._lock:
-            if len(self._pool) < POOL_SIZE:
-                self._pool.append(slot)
+        if len(self._pool) < POOL_SIZE:
+            self._pool.append(slot)
 
 
 class Plan:
@@ -90,13 +94,14 @@ class Plan:
         """Lower ``graph`` (already optimized; it is not changed) for ``options``."""
         start = time.perf_counter()
         self.options = options
+        self._lazy = options.jit == "lazy"
         self.timings = dict(timings or {})
         self.pass_report: object | None = None     # the pass manager's report, when the pipeline ran
         self.name = graph.name
         self._warned: set[str] = set()
         self._warn_lock = threading.Lock()
         threads.configure_openmp()
-        self._governor = threads.Governor(options.threads)
+        self._governors = {flag: threads.Governor(options.threads, flag) for flag in (False, True)}
         self.program: Program = lower(graph, options)
         self._run_node = Interpreter(self.program.graph).run_node
         program = self.program
@@ -131,7 +136,7 @@ class Plan:
             state = self._specs[()]
         else:
             state, arrays = self._checked(feeds)
-        with self._governor:
+        with self._governors[state.spec.uses_blas]:
             outputs = self._execute(state, arrays, profile)
         self._runs.incr()
         return dict(zip(self._out_names, outputs))
@@ -161,7 +166,7 @@ class Plan:
         return state, arrays
 
     def _execute(self, state: SpecState, arrays: list[np.ndarray], profile: bool) -> tuple:
-        if state.runs.incr() == self.options.hot_threshold and self.options.jit == "lazy":
+        if self._lazy and state.runs.incr() == self.options.hot_threshold:
             self._submit(state.spec)
         runner = state.runner(profile)
         slot = state.take(runner)

@@ -27,7 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
+from numba.core.dispatcher import Dispatcher
 
 from .bound import Call, Ref
 from .memory import ALIGN
@@ -114,6 +116,8 @@ class _Writer:
             return name
         if r.index >= len(spec.types):   # an absent optional input
             return "None"
+        if r.kind == "f" and spec.types[r.index] is not None and len(spec.types[r.index].shape or ()) == 1:
+            r = Ref("v", r.index)        # a vector is its own flat view
         if r.index in spec.known:
             value = spec.known[r.index]
             return self.const(value if r.kind == "v" else self._flat(value))
@@ -131,7 +135,7 @@ class _Writer:
         return flat
 
     def call(self, call: Call, t: int) -> str:
-        fn = self.const(call.fn, "k")
+        fn = self.const(self._entry(call, t), "k")
         args = [self.arg(a, t) for a in call.args]
         args += [f"{_keyword(k)}={self.arg(v, t)}" for k, v in (call.kwargs or {}).items()]
         text = f"{fn}({', '.join(args)})"
@@ -139,6 +143,51 @@ class _Writer:
             return text
         targets = ", ".join(f"v{v}" for v in call.result)
         return f"{targets}{',' if call.unpack and len(call.result) == 1 else ''} = {text}"
+
+    def _entry(self, call: Call, t: int) -> Any:
+        """A compiled function's entry point for exactly these argument types, where the call is to a Numba
+        dispatcher that has them compiled: it skips the dispatcher's type resolution (half of a call's cost
+        for a kernel of a dozen arguments). Anything else, or an argument whose type is not known here, keeps
+        the dispatcher, which resolves (and if need be compiles) per call."""
+        fn = call.fn
+        if not isinstance(fn, Dispatcher) or call.kwargs:
+            return fn
+        types = []
+        for a in call.args:
+            ty = self._type(a, t)
+            if ty is None:
+                return fn
+            types.append(ty)
+        compiled = fn.overloads.get(tuple(types))
+        return fn if compiled is None else compiled.entry_point
+
+    def _type(self, a: Any, t: int):
+        """Numba's type of a call argument as the runner will pass it, or None when not known here."""
+        if not isinstance(a, Ref):
+            try:
+                return numba.typeof(a)
+            except (ValueError, TypeError):
+                return None
+        spec = self.spec
+        if a.kind in ("w", "fw"):
+            shape, dtype = spec.memory.work[t][a.index][1:]
+            return numba.types.Array(numba.from_dtype(np.dtype(dtype)), 1 if a.kind == "fw" else len(shape), "C")
+        if a.index >= len(spec.types):
+            return numba.types.none
+        if a.index in spec.known:
+            value = spec.known[a.index]
+            return numba.typeof(value if a.kind == "v" else self._flat(value))
+        tv = spec.types[a.index]
+        if tv is None or tv.shape is None or a.index in spec.unknown_layout:
+            return None
+        dtype = numba.from_dtype(np_dtype_of(tv.dtype))
+        if a.kind == "f" and len(tv.shape) != 1:
+            return numba.types.Array(dtype, 1, "C")
+        strides = spec.strides.get(a.index)
+        if strides is None:
+            return numba.types.Array(dtype, len(tv.shape), "C")
+        probe = np.lib.stride_tricks.as_strided(np.empty(1, np_dtype_of(tv.dtype)), tuple(tv.shape), strides)
+        return numba.typeof(probe)
 
     def arg(self, a: Any, t: int) -> str:
         return self.ref(a, t) if isinstance(a, Ref) else self.const(a)

@@ -75,6 +75,10 @@ class Specialization:
                 if s is not None:
                     self.strides[o] = s
             self.active.append(Active(step, bound))
+        self.uses_blas = any(a.bound.blas for a in self.active)
+        #: values whose arrays come back from a call whose layout is not known here (reference results)
+        self.unknown_layout = {o for a in self.active if not a.bound.writes_outputs and a.bound.out_strides is None
+                               and a.bound.mode != "view" for o in a.step.outputs}
         graph_outputs = {v for _, v in program.outputs if v not in self.known}
         self.memory: MemoryPlan = plan_memory(
             [StepSpec(a.step.inputs, a.step.outputs, a.bound.writes_outputs, a.bound.inplace, a.bound.workspace)

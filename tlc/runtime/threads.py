@@ -50,21 +50,38 @@ def _numba_pool_started() -> bool:
     return bool(parallel is not None and getattr(parallel, "_is_initialized", False))
 
 
-class Governor:
-    """``with governor:`` around a run: Numba's count for this thread, BLAS single-threaded meanwhile."""
+def _thread_count_functions():
+    """Numba's own getter and setter of this thread's count, without the checks of its public functions (the
+    pool is started once here); the public ones where this Numba has no such internals."""
+    import numba
 
-    def __init__(self, threads: int):
+    try:
+        from numba.np.ufunc import parallel
+
+        parallel._launch_threads()
+        return parallel._get_num_threads, numba.set_num_threads
+    except (ImportError, AttributeError):  # another Numba: its public API (slower by ~0.5 us a call)
+        return numba.get_num_threads, numba.set_num_threads
+
+
+class Governor:
+    """``with governor:`` around a run: Numba's count for this thread and, for plans that call BLAS
+    (``uses_blas``), BLAS single-threaded meanwhile."""
+
+    def __init__(self, threads: int, uses_blas: bool = True):
         import numba
 
-        self._numba = numba
         self.threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+        self.uses_blas = uses_blas and blas.AVAILABLE
+        self._get = self._set = None
 
     def __enter__(self) -> None:
         global _depth, _blas_before
-        numba = self._numba
-        if numba.get_num_threads() != self.threads:
-            numba.set_num_threads(self.threads)
-        if blas.AVAILABLE:
+        if self._get is None:
+            self._get, self._set = _thread_count_functions()
+        if self._get() != self.threads:
+            self._set(self.threads)
+        if self.uses_blas:
             with _lock:
                 if _depth == 0:
                     _blas_before = blas.get_threads()
@@ -74,7 +91,7 @@ class Governor:
 
     def __exit__(self, *exc) -> None:
         global _depth
-        if blas.AVAILABLE:
+        if self.uses_blas:
             with _lock:
                 _depth -= 1
                 if _depth == 0 and _blas_before != 1:
