@@ -50,10 +50,19 @@ class Timing:
         return statistics.median(self.samples_ms)
 
 
+#: untimed calls after each pause, then timed ones: after ~50 ms idle, a 2-core VM's sleeping vCPU takes up to
+#: ~2 ms to wake the first parallel region of a run, and data untouched for ~0.1 s is slow for the next passes
+#: (FACTS.md); steady-state latency is what follows
+WARM_CALLS = 2
+TIMED_CALLS = 3
+
+
 def compare(contenders: dict[str, Runner], feeds: Mapping[str, np.ndarray], *, rounds: int = 10,
-            budget_s: float = 10.0, pause_s: float = 0.05) -> list[Timing]:
-    """Time contenders round-robin (one warm-up call each first); the first contender is the baseline whose
-    outputs the others are compared with. A contender slower than ``budget_s`` in total stops early."""
+            budget_s: float = 10.0, pause_s: float = 0.15) -> list[Timing]:
+    """Time contenders round-robin: per round and contender, a pause (other contenders' BLAS threads spin
+    ~0.13 s after a call), ``WARM_CALLS`` untimed calls, then ``TIMED_CALLS`` timed ones. The first contender
+    is the baseline whose outputs the others are compared with. A contender slower than ``budget_s`` in total
+    stops early."""
     baseline = None
     timings = []
     for label, run in contenders.items():
@@ -67,12 +76,15 @@ def compare(contenders: dict[str, Runner], feeds: Mapping[str, np.ndarray], *, r
         for timing, (label, run) in zip(timings, contenders.items()):
             if r >= 3 and spent[label] > budget_s:
                 continue
-            time.sleep(pause_s)  # BLAS threads spin after a call; let them settle (FACTS.md)
-            start = time.perf_counter()
-            run(feeds)
-            elapsed = time.perf_counter() - start
-            spent[label] += elapsed
-            timing.samples_ms.append(elapsed * 1e3)
+            time.sleep(pause_s)
+            for _ in range(WARM_CALLS):
+                run(feeds)
+            for _ in range(TIMED_CALLS):
+                start = time.perf_counter()
+                run(feeds)
+                elapsed = time.perf_counter() - start
+                spent[label] += elapsed * (1 + WARM_CALLS / TIMED_CALLS)
+                timing.samples_ms.append(elapsed * 1e3)
     return timings
 
 
