@@ -135,7 +135,8 @@ def test_shape_only_op_folds_from_a_static_type(shape_op, rng):
     g.output(g.add_node("Reshape", [x, g.add_node("Mul", [shape, g.constant(np.array([1, 1], np.int64))])]), "y")
     out, result = apply(FoldPass, g, rng)
     np.testing.assert_array_equal(out.const_value(out.value("shape")), [2, 5])
-    assert ops(out) == ["Reshape"] and result.stats == {"folded": 2}
+    assert ops(out) == ["Reshape"] and result.stats == {"folded": 2, "types_refined": 1}
+    assert out.type_of(out.outputs[0][0]).shape == (2, 5)     # the Reshape's target is known now
 
 
 def test_shape_only_op_does_not_fold_symbolic_shapes(shape_op, rng):
@@ -245,3 +246,31 @@ def test_equal_folds_share_one_array_and_cse_merges_them(rng):
     merged, report = tlc.optimize(out, passes="cse")
     assert report.counters()["constants_merged"] >= 1
     assert sum(1 for n in merged.nodes() if n.op == "Constant" and n.attrs["value"].shape == (4, 4)) == 1
+
+
+def test_types_downstream_of_a_fold_are_inferred_again(rng):
+    """``x.flatten(2)`` as exported: Reshape(x, Concat(Slice(Shape(x)), [-1])). The importer cannot know the
+    Reshape's dims; once the shape folds, the Reshape and everything after it get them."""
+    g = tlc.Graph()
+    x = g.input("x", "float32", (2, 4, 3, 5))
+    head = g.add_node("Slice", [g.add_node("Shape", [x]), g.constant(np.array([0], np.int64)),
+                                g.constant(np.array([2], np.int64)), g.constant(np.array([0], np.int64))])
+    shape = g.add_node("Concat", [head, g.constant(np.array([-1], np.int64))], axis=0)
+    flat = g.add_node("Reshape", [x, shape], name="flat")
+    tokens = g.add_node("Transpose", [flat], perm=[0, 2, 1], name="tokens")
+    g.output(g.add_node("Relu", [tokens], name="out"), "y")
+    assert g.type_of(tokens).shape == (None, None, None)
+    out, result = apply(FoldPass, g, rng)
+    assert ops(out) == ["Reshape", "Transpose", "Relu"]
+    assert result.stats["types_refined"] == 3
+    assert out.type_of(out.value("flat")) == TensorType("float32", (2, 4, 15))
+    assert out.type_of(out.outputs[0][0]) == TensorType("float32", (2, 15, 4))
+
+
+def test_no_refinement_is_reported_when_types_stay(rng):
+    g = tlc.Graph()
+    x = g.input("x", "float32", (2, 3))
+    c = g.add_node("Neg", [g.constant(np.ones(3, np.float32))])
+    g.output(g.add_node("Add", [x, c]), "y")
+    _, result = apply(FoldPass, g, rng)
+    assert result.stats == {"folded": 1}

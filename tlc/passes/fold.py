@@ -8,6 +8,9 @@ exactly what the reference executor would. Rules:
 - Ops with ``Trait.SHAPE_ONLY`` (Shape, Size) fold from their input's *type* when it is static: the reference
   sees a zero-strided stand-in array of that shape, so nothing of that size is allocated.
 - A folded value keeps its name (and so its graph-output name). Inputs left unused are DCE's to remove.
+- Types downstream of a fold are inferred again: a value the importer could not know (a Reshape whose shape
+  is ``Concat(Slice(Shape(x)), [-1])``, as ``flatten(2)`` exports) gets its dims once that shape is a constant,
+  and the rewrites and fusion that need static shapes see them.
 
 Size policy: the question is not how big a constant is but whether storing it costs anything the model does not
 pay anyway.
@@ -60,6 +63,7 @@ class FoldPass(Pass):
         result = PassResult()
         policy = SizePolicy(graph, self.options.fold_size_limit)
         shared: dict[tuple, list[np.ndarray]] = {}
+        folded: list[int] = []   # ids of the constants made
         for node in graph.nodes():
             opdef = _foldable_opdef(node)
             if opdef is None:
@@ -83,10 +87,32 @@ class FoldPass(Pass):
                 _check_types(node, arrays)
                 if key is not None:
                     shared[key] = arrays
-            replace_with_constants(graph, node, arrays)
+            folded.extend(v.node for v in replace_with_constants(graph, node, arrays))
             result.count("folded")
         self.current_node = None
+        refined = refine_types(graph, folded) if folded else 0
+        if refined:
+            result.note("types_refined", refined)
         return result
+
+
+def refine_types(graph: Graph, constants: list[int]) -> int:
+    """Infer again, in topological order, the types of the nodes that read one of the new ``constants`` or a value
+    whose type this walk changed; returns how many nodes got a different type."""
+    sources = set(constants)
+    changed_values: set[Value] = set()
+    changed = 0
+    for node in graph.nodes():
+        if node.domain == "" and node.op in ("Input", "Constant"):
+            continue
+        if not any(v is not None and (v.node in sources or v in changed_values) for v in graph.inputs_of(node)):
+            continue
+        before = list(node.output_types)
+        graph.infer_node(node)
+        if node.output_types != before:
+            changed += 1
+            changed_values.update(v for v, old, new in zip(node.outputs, before, node.output_types) if old != new)
+    return changed
 
 
 class SizePolicy:

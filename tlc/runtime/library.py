@@ -118,7 +118,7 @@ class GatherImpl(StepImpl):
         if known is not None:   # checked once: numpy's take would raise mid-run, the reference says why first
             if known.size and (known.min() < -x[axis] or known.max() >= x[axis]):
                 raise NotNative(f"indices outside [-{x[axis]}, {x[axis]})")
-            indices: Any = np.ascontiguousarray(known, np.int64)
+            indices: Any = np.asarray(known, np.int64, order="C")   # keeps a 0-d index 0-d
         else:
             indices = V(ctx.inputs[1])
         return Bound([Call(take_into, (V(ctx.inputs[0]), indices, axis, V(ctx.outputs[0])))])

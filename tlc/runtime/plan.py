@@ -156,7 +156,7 @@ class Plan:
 
     def _checked(self, feeds: Mapping[str, object]) -> tuple[SpecState, list[np.ndarray]]:
         checked, _ = check_feeds(self._feed_specs, feeds)
-        arrays = [np.ascontiguousarray(checked[name]) for name, _ in self._feed_specs]
+        arrays = [np.asarray(checked[name], order="C") for name, _ in self._feed_specs]
         key = tuple(checked[name].shape for name in self._dynamic)
         state = self._specs.get(key)
         if state is None:
