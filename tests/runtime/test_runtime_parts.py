@@ -126,7 +126,7 @@ def test_conv_products_in_parts(rng, kernel, attrs, epilogue):
     if epilogue:
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     plan = run_both(nodes, {"x": (2, 5, 9, 8)}, {"w": w, "b": b}, rng, threads=3)
-    assert "BLAS in 3 part(s)" in notes(plan)
+    assert "3 part(s)" in notes(plan)
 
 
 def test_concurrent_runs_share_the_pool(rng):

@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 
 from ..ir.types import np_dtype
+from ..kernels import conv as kconv
 from ..kernels import lib_conv_nhwc, lib_pool, lib_pool_nhwc
 from ..ops import dims as op_dims
 from ..ops import expr as E
 from ..ops import opdef_of
 from ..ops.layout import equal_split, slice_params
-from .bound import Bound, Call, NotNative, Ref, V, W, contiguous_strides
+from .bound import Bound, Call, KernelRequest, NotNative, Ref, V, W, contiguous_strides
 from .impl import BindContext, StepImpl, spatial_window
 
 
@@ -338,10 +339,13 @@ class BatchNormImpl(StepImpl):
 
 # ---------------------------------------------------------------------------- pooling (numpy taps)
 class PoolImpl(StepImpl):
+    """MaxPool / AveragePool (2-D, NCHW): the conv family's pooling kernel in parts over (image, channel) planes
+    for floats; numpy strided taps while it compiles, and for other dtypes or with the JIT off."""
+
     def __init__(self, attrs: dict[str, Any], reduce: str):
         self.attrs = attrs
         self.reduce = reduce
-        self.reason = f"{reduce} pool: strided taps"
+        self.reason = f"{reduce} pool"
         if reduce == "avg" and any(d != 1 for d in attrs.get("dilations") or ()):
             raise NotNative("AveragePool with dilations is not native")
 
@@ -356,10 +360,37 @@ class PoolImpl(StepImpl):
         dtype = ctx.out_dtype()
         work = [(s, dtype) for s in lib_pool.workspace(geo)]
         xin, out = V(ctx.inputs[0]), V(ctx.outputs[0])
+        divisor = None
         if self.reduce == "max":
-            return Bound([Call(_max_pool, (xin, out, geo) + _work_refs(work))], workspace=work)
-        divisor = lib_pool.avg_divisor(geo, bool(self.attrs.get("count_include_pad", 0)), dtype)
-        return Bound([Call(_avg_pool, (xin, out, geo, divisor) + _work_refs(work))], workspace=work)
+            fallback = [Call(_max_pool, (xin, out, geo) + _work_refs(work))]
+        else:
+            divisor = lib_pool.avg_divisor(geo, bool(self.attrs.get("count_include_pad", 0)), dtype)
+            fallback = [Call(_avg_pool, (xin, out, geo, divisor) + _work_refs(work))]
+        if not ctx.options.jit_enabled or dtype not in (np.float32, np.float64) or not ctx.contiguous(0):
+            return Bound(fallback, workspace=work, note="numpy taps")
+        kind = kconv.MAX if self.reduce == "max" else kconv.AVG
+        kgeo = kconv.pool_geometry(x, kernel, y, window.strides, begin, window.dilations, kind)
+        div = np.ascontiguousarray(divisor if divisor is not None else np.ones((1, 1), dtype), dtype)
+        nparts = _plane_parts(int(np.prod(y)) * len(kernel) * max(kernel), x[0] * x[1], ctx.threads)
+        native = [Call(kconv.pool_run, (xin, kgeo, div, out, nparts))]
+        sample = (np.zeros((1, 1, 1, 1), dtype), kgeo, div, np.zeros((1, 1, 1, 1), dtype), nparts)
+        return Bound(fallback, mode="native", workspace=work, note=f"pool kernel, {nparts} part(s)",
+                     request=KernelRequest("pool", lambda alias: _warm_pool(sample),
+                                           lambda kern, alias: native))
+
+
+def _plane_parts(work: int, planes: int, threads: int) -> int:
+    """Parts for a plane-parallel kernel: the threads when there is enough work (~64K element-steps) and planes."""
+    return max(1, min(threads, planes)) if work >= 1 << 16 else 1
+
+
+def _warm_pool(sample) -> str:
+    """Compile the pooling kernels for ``sample``'s types (on the JIT thread): a 1x1 pool of one plane."""
+    x, geo, div, out, nparts = sample
+    g = geo.copy()
+    g[:kconv.LAYOUT] = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0)
+    kconv.pool_run(x, g, div, out, nparts)
+    return "pool"
 
 
 def _work_refs(work: list) -> tuple:
@@ -379,13 +410,37 @@ def global_pool_into(x: np.ndarray, reduce, out: np.ndarray) -> None:
 
 
 class GlobalPoolImpl(StepImpl):
+    """GlobalAveragePool / GlobalMaxPool: the conv family's plane reduction for floats (numpy's otherwise)."""
+
     def __init__(self, reduce: str):
-        self.reduce = np.mean if reduce == "mean" else np.max
-        self.reason = f"numpy {reduce}"
+        self.is_max = reduce == "max"
+        self.reduce = np.max if self.is_max else np.mean
+        self.reason = f"global {reduce} pool"
 
     def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
         ctx.out_shapes()
-        return Bound([Call(global_pool_into, (V(ctx.inputs[0]), self.reduce, V(ctx.outputs[0])))])
+        fallback = [Call(global_pool_into, (V(ctx.inputs[0]), self.reduce, V(ctx.outputs[0])))]
+        dtype = ctx.out_dtype()
+        if not ctx.options.jit_enabled or dtype not in (np.float32, np.float64) or not ctx.contiguous(0) \
+                or len(x) < 3:
+            return Bound(fallback, note="numpy")
+        planes, size = x[0] * x[1], int(np.prod(x[2:]))
+        nparts = _plane_parts(planes * size, planes, ctx.threads)
+        flat_in, flat_out = (planes, size), (planes,)
+        native = [Call(_global_pool, (V(ctx.inputs[0]), flat_in, V(ctx.outputs[0]), flat_out, self.is_max,
+                                      nparts))]
+
+        def build(alias):
+            kconv.global_pool_run(np.zeros((1, 1), dtype), np.zeros(1, dtype), self.is_max, nparts)
+            return "global pool"
+
+        return Bound(fallback, mode="native", note=f"plane kernel, {nparts} part(s)",
+                     request=KernelRequest("global pool", build, lambda kern, alias: native))
+
+
+def _global_pool(x, in_shape, out, out_shape, is_max, nparts) -> None:
+    kconv.global_pool_run(x.reshape(in_shape), out.reshape(out_shape), is_max, nparts)
 
 
 class LRNImpl(StepImpl):

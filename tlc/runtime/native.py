@@ -7,7 +7,8 @@ flat C-contiguous arrays: an input that is a strided view is copied into scratch
 Products (MatMul, Gemm and the contraction of an epilogue group) run as single-threaded BLAS calls in parts on
 Numba's pool (``tlc.kernels.gemm``); an epilogue group whose contraction is a product is one compiled function
 that applies its elementwise part to each part's rows right after that part, on the same thread
-(``tlc.kernels.epilogue``). A conv epilogue runs the conv (``ConvImpl``) and then its elementwise kernel.
+(``tlc.kernels.epilogue``). A Conv and its epilogue are one function the same way, with the conv family's parts
+(``tlc.kernels.conv``) as the contraction.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.types import TensorType, np_dtype
 from ..kernels import KernelCache, KernelOptions, blas, compile_group, default_cache, gemm, lib_conv, split_epilogue
+from ..kernels import conv as kconv
 from ..kernels.cpu import Contraction
 from ..kernels.epilogue import EpilogueKernel
 from ..kernels.plan import SUPPORTED_DTYPES, build_plan, typed_body
@@ -350,6 +352,13 @@ class EpilogueImpl(StepImpl):
             return Bound(fallback_calls(ctx), mode="reference", note="jit='off'", workspace=scratch.shapes, blas=True)
         if self.is_product:
             return self._product(ctx, sub, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs)
+        if self.head.qualified_op == "Conv":
+            try:
+                setup = ConvSetup(sub, self.head_attrs, with_bias=False)
+            except NotNative:
+                setup = None
+            if setup is not None:
+                return self._conv(ctx, setup, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs)
         make_head = CONV_HEADS.get(self.head.qualified_op)
         if make_head is None:
             raise NotNative(f"no native contraction for {self.head.qualified_op}")
@@ -368,6 +377,32 @@ class EpilogueImpl(StepImpl):
             return conv_calls + copies + ew.calls(kernels[1], None)
 
         return Bound(fallback_calls(ctx), mode="native", note=f"{conv.note} + epilogue kernel",
+                     workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls), blas=True)
+
+    def _conv(self, ctx, setup, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs) -> Bound:
+        if setup.out_shape != tuple(ew_types[0].shape):
+            raise NotNative("the conv's shape differs from the epilogue's")
+        plan = build_plan(elementwise, "elementwise")
+        total = int(np.prod(setup.out_shape))
+        ew_shapes = [tuple(t.shape) for t in ew_types]
+        col = W(scratch.add((setup.col_size,), setup.dtype))
+        types = setup.types()
+        options, cache = kernel_options(ctx), kernel_cache(ctx)
+
+        def build(alias):
+            kernel = EpilogueKernel(plan, options, cache, CONV_PART, types, setup.nparts > 1,
+                                    alias=(0,) if in_place else None)
+            const_shapes = [c.shape for c in kernel.constant_arrays]
+            kernel.dims = np.asarray(kernel.layout.dims(setup.out_shape, ew_shapes + const_shapes), np.int64)
+            return kernel
+
+        def calls(kernel, alias):
+            outs = () if in_place else tuple(F(o) for o in ctx.outputs)
+            args = (kernel.dims, total, setup.nparts, setup.nprep, False, *setup.args(acc[0], col), acc[1],
+                    *ew_refs, *kernel.constant_arrays, *outs)
+            return copies + [Call(kernel.function, args)]
+
+        return Bound(fallback_calls(ctx), mode="native", note=f"Conv: {setup.note} + epilogue per part",
                      workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls), blas=True)
 
     def _product(self, ctx, sub, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs) -> Bound:
@@ -429,11 +464,77 @@ def _contraction_context(ctx: BindContext, sources: list) -> BindContext:
 
 
 # ---------------------------------------------------------------------------- convolution
+CONV_PART = Contraction("tlc.kernels.conv", "conv_part", before=4, after=1, prepare="conv_prepare")
+
+
+class ConvSetup:
+    """One 2-D NCHW convolution bound for ``tlc.kernels.conv``: its geometry with the algorithm the cost model
+    chose, weights packed once for it, the bias (``with_bias``: the conv's own; else none), the im2col buffer's
+    size and how the work is cut into parts. NotNative when the family cannot run it (the numpy library can)."""
+
+    def __init__(self, ctx: BindContext, attrs: dict[str, Any], with_bias: bool = True):
+        x, w, *_ = ctx.in_shapes()
+        y = tuple(ctx.out_types[0].shape)
+        self.dtype = np_dtype(ctx.in_types[0].dtype)
+        if len(x) != 4:
+            raise NotNative(f"only 2-D convolutions are native (input rank {len(x)})")
+        if not ctx.options.jit_enabled:
+            raise NotNative("jit='off'")
+        if self.dtype not in (np.float32, np.float64) or not blas.AVAILABLE:
+            raise NotNative(f"no native conv for {self.dtype}" if blas.AVAILABLE else f"BLAS: {blas.REASON}")
+        if not ctx.contiguous(0):
+            raise NotNative("a strided conv input")
+        weights = ctx.const(1)
+        if weights is None and not ctx.contiguous(1):
+            raise NotNative("strided conv weights")
+        window, begin, _ = spatial_window(attrs, w[2:], x[2:])
+        self.geo = kconv.conv_geometry(x, w, y, window.strides, begin, window.dilations,
+                                       int(attrs.get("group", 1)))
+        nparts = gemm.parts_for(kconv.macs(self.geo), ctx.threads)
+        algo = kconv.choose(self.geo)
+        if weights is None and algo == kconv.DIRECT:   # weights fed at run time: the algorithms that read them as
+            algo = kconv.GEMM                            # they come, no packing
+        self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, nparts, algo)
+        self.weights: Any = F(ctx.inputs[1]) if weights is None else \
+            kconv.pack_weights(np.asarray(weights, self.dtype), self.geo)
+        self.w_size = int(np.prod(w))
+        self.x = ctx.const(0) if ctx.const(0) is not None else V(ctx.inputs[0])
+        self.bias: Any = np.zeros(0, self.dtype)
+        if with_bias and len(ctx.inputs) > 2 and ctx.in_types[2] is not None:
+            bias = ctx.const(2)
+            self.bias = np.ascontiguousarray(bias, self.dtype) if bias is not None else V(ctx.inputs[2])
+        self.out_shape = y
+        algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]]
+        self.note = f"{algo}, {self.nparts} part(s)" if self.nparts > 1 else algo
+
+    def types(self) -> tuple:
+        """Numba types of (x, w, bias, geo, acc, col) as the family's functions get them."""
+        def typed(value, shape):
+            return numba.typeof(value) if isinstance(value, np.ndarray) else numba_type(shape, None, self.dtype)
+
+        x = typed(self.x, tuple(self.geo[:4]))
+        vec = numba_type((1,), None, self.dtype)
+        bias = typed(self.bias, (1,))
+        return (x, typed(self.weights, (self.w_size,)), bias, numba.typeof(self.geo),
+                numba_type(self.out_shape, None, self.dtype), vec)
+
+    def args(self, acc: Ref, col: Ref) -> tuple:
+        return (self.x, self.weights, self.bias, self.geo, acc, col)
+
+
+def compile_conv(types: tuple, parallel: bool) -> str:
+    """Compile (or load) the conv family's driver for these argument types."""
+    fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
+    fn.compile(types + (numba.types.int64, numba.types.int64))
+    return "conv"
+
+
 class ConvImpl(StepImpl):
-    """2-D convolution: 1x1 as a product, im2col + a product in parts, or the direct depthwise kernel."""
+    """2-D convolution: the conv family's kernels (``tlc.kernels.conv``: im2col + BLAS, direct, depthwise) in
+    parts; numpy's im2col + BLAS where the family cannot run it (JIT off, other dtypes, runtime weights)."""
 
     mode = "native"
-    reason = "conv: GEMM (1x1), im2col + BLAS in parts, or direct depthwise"
+    reason = "conv family: im2col + BLAS, direct or depthwise, in parts"
 
     def __init__(self, attrs: dict[str, Any]):
         self.attrs = attrs
@@ -446,6 +547,23 @@ class ConvImpl(StepImpl):
 
     def bind_into(self, ctx: BindContext, out: Ref, work: list) -> Bound:
         """The conv of ``ctx``'s inputs (with its bias) into ``out``; its scratch appended to ``work``."""
+        fallback, note = self._numpy(ctx, out, work)
+        try:
+            setup = ConvSetup(ctx, self.attrs)
+        except NotNative as exc:
+            return Bound(fallback, note=f"{note} (numpy): {exc}")
+        work.append(((setup.col_size,), setup.dtype))
+        col = W(len(work) - 1)
+        parallel = setup.nparts > 1
+        fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
+        native = [Call(fn, setup.args(out, col) + (setup.nparts, setup.nprep))]
+        types = setup.types()
+        return Bound(fallback, mode="native", note=setup.note,
+                     request=KernelRequest("conv", lambda alias: compile_conv(types, parallel),
+                                           lambda kern, alias: native))
+
+    def _numpy(self, ctx: BindContext, out: Ref, work: list) -> tuple[list[Call], str]:
+        """The library's numpy convolution (the fallback while the family's kernel compiles)."""
         x, w, *_ = ctx.in_shapes()
         y = tuple(ctx.out_types[0].shape)
         if len(x) != 4:
@@ -454,7 +572,7 @@ class ConvImpl(StepImpl):
             raise NotNative("a strided conv input")
         window, begin, _ = spatial_window(self.attrs, w[2:], x[2:])
         geo = lib_conv.geometry(x, w, y, window.strides, begin, window.dilations, int(self.attrs.get("group", 1)))
-        algo = lib_conv.choose_algorithm(geo, ctx.options.jit_enabled)
+        algo = lib_conv.choose_algorithm(geo, allow_numba=False)
         dtype = np_dtype(ctx.in_types[0].dtype)
         first = len(work)
         work += [(tuple(s), dtype) for s in lib_conv.workspace(geo, algo)]
@@ -464,58 +582,13 @@ class ConvImpl(StepImpl):
         bias = None
         if len(ctx.inputs) > 2 and ctx.in_types[2] is not None:
             bias = ctx.const(2) if ctx.const(2) is not None else V(ctx.inputs[2])
-        fallback = [Call(conv_numpy, (algo, xin, weight, bias, out, geo) + refs)]
-        if not ctx.options.jit_enabled or not blas.AVAILABLE or dtype not in (np.float32, np.float64):
-            return Bound(fallback, note=f"{algo} (numpy)")
-        m, k, hw = geo.m, geo.c * geo.kh * geo.kw, geo.ho * geo.wo
-        nparts = gemm.parts_for(geo.n * m * k * hw // geo.group, ctx.threads)
-        if algo == "direct" or geo.group != 1:
-            return Bound(fallback, mode="native" if algo == "direct" else "library", note=algo,
-                         request=KernelRequest("conv", lambda alias: _warm_direct(dtype), lambda kern, alias: fallback)
-                         if algo == "direct" else None)
-        cols = gemm.column_split(m, hw, 1, nparts)
-        item = dtype.itemsize
-        offs = gemm.batch_offsets((m, k), (k * item, item), (1, k, hw), (0, hw * item, item), (1, m, hw), item)
-        t = numba.types
-        mat = t.Array(numba.from_dtype(dtype), 2, "C")
-        arr3 = t.Array(numba.from_dtype(dtype), 3, "C")
-        types = (mat, arr3, arr3, t.int64[:, ::1], t.float64, t.boolean)
-        native = [Call(conv_parts, (algo, xin, weight, bias, out, geo, offs, cols, nparts) + refs)]
-        return Bound(fallback, mode="native", note=f"{algo}, BLAS in {nparts} part(s)",
-                     request=KernelRequest("conv", lambda alias: compile_product(types, nparts),
-                                           lambda kern, alias: native))
+        return [Call(conv_numpy, (algo, xin, weight, bias, out, geo) + refs)], algo
 
 
-#: contractions an epilogue group runs before its elementwise kernel (products are fused with it instead)
+#: contractions an epilogue group runs before its elementwise kernel, in two passes: channels-last, and the NCHW
+#: Conv where the conv family cannot run it (elsewhere it runs its epilogue per part: ``EpilogueImpl._conv``)
 CONV_HEADS = {"Conv": ConvImpl, "tlc.ConvNhwc": ConvNhwcImpl}
-
-
-def _warm_direct(dtype: np.dtype) -> str:
-    x = np.zeros((1, 1, 1, 1), dtype)
-    lib_conv.direct_kernel()(x, x.copy(), np.zeros(1, dtype), x.copy(), 1, 1, 1, 1, 0, 0, 1)
-    return "direct"
 
 
 def conv_numpy(algo, x, w, b, out, geo, *work) -> None:
     lib_conv.run(algo, x, w, b, out, geo, list(work))
-
-
-def conv_parts(algo, x, w, b, out, geo, offs, cols, nparts, *work) -> None:
-    """A conv whose product runs in parts on Numba's pool: im2col (numpy) per image, then BLAS."""
-    m, hw = geo.m, geo.ho * geo.wo
-    w2 = w.reshape(m, -1)
-    for n in range(geo.n):
-        if algo == "gemm1x1":
-            src = x[n]
-            if (geo.sh, geo.sw) != (1, 1):
-                np.copyto(work[0][n], x[n, :, ::geo.sh, ::geo.sw][:, :geo.ho, :geo.wo])
-                src = work[0][n]
-            colmat = src.reshape(1, geo.c, hw)
-        else:
-            xp = lib_conv.pad_into(work[0], x[n], geo.pt, geo.pl) if geo.needs_padding else x[n]
-            colbuf = work[-1]
-            np.copyto(colbuf.reshape(geo.c, geo.kh, geo.kw, geo.ho, geo.wo), lib_conv._windows(xp, geo))
-            colmat = colbuf.reshape(1, -1, hw)
-        gemm.matmul(w2, colmat, out[n].reshape(1, m, hw), offs, 1.0, cols, nparts)
-    if b is not None:
-        np.add(out, b.reshape(1, -1, 1, 1), out=out)

@@ -1,0 +1,110 @@
+"""The convolution family (tlc.kernels.conv) against the op registry's reference Conv and pools: every algorithm
+on every geometry class (strides, pads, dilations, groups, depthwise, pointwise, batches), cut into 1-3 parts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tlc.kernels import conv as K
+from tlc.kernels import lib_pool
+from tlc.ops.conv import conv as reference_conv
+from tlc.ops.pool import average_pool, max_pool
+
+#: (n, c, h, m, k, stride, pad, group, dilation)
+GEOMETRIES = [
+    (1, 3, 9, 5, 3, 1, 1, 1, 1),      # odd channel counts: ragged direct blocks
+    (2, 4, 8, 6, 3, 2, 1, 1, 1),      # batch, stride 2
+    (1, 4, 7, 4, 3, 1, 0, 2, 1),      # two groups, no padding
+    (1, 6, 7, 6, 3, 2, 1, 6, 1),      # depthwise, stride 2
+    (3, 8, 10, 8, 5, 1, 2, 8, 2),     # depthwise, dilated, three images
+    (1, 5, 6, 7, 1, 1, 0, 1, 1),      # pointwise: BLAS straight on the input
+    (2, 5, 6, 7, 1, 2, 0, 1, 1),      # strided 1x1: gathered
+    (1, 8, 9, 12, 2, 2, 0, 4, 1),     # even kernel, groups of two channels
+    (1, 3, 11, 4, 4, 3, 1, 1, 1),     # kernel wider than the stride
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_algorithm_matches_the_reference(dtype):
+    rng = np.random.default_rng(0)
+    for n, c, h, m, k, s, p, g, d in GEOMETRIES:
+        x = rng.standard_normal((n, c, h, h)).astype(dtype)
+        w = rng.standard_normal((m, c // g, k, k)).astype(dtype)
+        b = rng.standard_normal(m).astype(dtype)
+        for bias in (b, None):
+            expected = reference_conv(x, w, bias, strides=[s, s], pads=[p] * 4, dilations=[d, d], group=g)
+            geo = K.conv_geometry(x.shape, w.shape, expected.shape, (s, s), (p, p), (d, d), g)
+            algos = [K.GEMM, K.DIRECT] + ([K.DEPTHWISE] if K.is_depthwise(geo) else [])
+            for algo in algos:
+                for nparts in ((1, 2, 3) if dtype == np.float32 else (1,)):   # float64: one compile less
+                    col_size, parts, nprep = K.plan_conv(geo, nparts, algo)
+                    out = np.full(expected.shape, np.nan, dtype)
+                    K.conv_run(x, K.pack_weights(w, geo), b if bias is not None else np.zeros(0, dtype), geo,
+                               out, np.empty(col_size, dtype), parts, nprep)
+                    np.testing.assert_allclose(out, expected, rtol=1e-4 if dtype == np.float32 else 1e-10,
+                                               atol=1e-4 if dtype == np.float32 else 1e-10,
+                                               err_msg=f"{K.ALGO_NAMES[algo]} {nparts} parts {(n, c, h, m, k, s, p, g, d)}")
+
+
+def test_parts_return_contiguous_ranges_that_tile_the_output():
+    """What an epilogue relies on: part p's range is what it wrote, and the ranges cover the output once."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 6, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((10, 6, 3, 3)).astype(np.float32)
+    y = (2, 10, 5, 5)
+    geo = K.conv_geometry(x.shape, w.shape, y, (1, 1), (1, 1), (1, 1), 1)
+    for algo in (K.GEMM, K.DIRECT):
+        for nparts in (1, 2, 3, 4):
+            col_size, parts, nprep = K.plan_conv(geo, nparts, algo)
+            col = np.empty(col_size, np.float32)
+            packed = K.pack_weights(w, geo)
+            for p in range(nprep):
+                K.conv_prepare(x, packed, np.zeros(0, np.float32), geo, col, p, nprep)
+            out = np.zeros(y, np.float32)
+            covered = np.zeros(out.size, np.int64)
+            for p in range(parts):
+                before = out.copy()
+                lo, hi = K.conv_part(x, packed, np.zeros(0, np.float32), geo, out, col, p, parts)
+                changed = np.flatnonzero((out != before).reshape(-1))
+                assert changed.size == 0 or (changed.min() >= lo and changed.max() < hi)
+                covered[lo:hi] += 1
+            assert (covered == 1).all(), (K.ALGO_NAMES[algo], nparts)
+
+
+def test_the_cost_model_keeps_blas_for_ungrouped_and_the_depthwise_kernel_for_depthwise():
+    dense = K.conv_geometry((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), (1, 1), (1, 1), (1, 1), 1)
+    depthwise = K.conv_geometry((1, 32, 56, 56), (32, 1, 3, 3), (1, 32, 56, 56), (1, 1), (1, 1), (1, 1), 32)
+    assert K.choose(dense) == K.GEMM and K.choose(depthwise) == K.DEPTHWISE
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pooling_matches_the_reference(dtype):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(dtype)
+    x[0, 1, 2, 2] = x[1, 2, 0, 0] = np.nan   # max: NaN counts only as a window's first tap, as in the reference
+    cases = [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             dict(kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0], ceil_mode=1),
+             dict(kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 1, 1], dilations=[2, 1]),
+             dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1)]
+    for attrs in cases:
+        for kind, ref in ((K.MAX, max_pool), (K.AVG, average_pool)):
+            if kind == K.AVG and "dilations" in attrs:
+                continue
+            if kind == K.MAX and "count_include_pad" in attrs:
+                continue
+            expected = ref(x, **attrs)
+            expected = expected[0] if isinstance(expected, list) else expected
+            pads, kernel = attrs["pads"], attrs["kernel_shape"]
+            strides, dil = attrs["strides"], attrs.get("dilations", [1, 1])
+            geo = K.pool_geometry(x.shape, kernel, expected.shape, strides, pads[:2], dil, kind)
+            lgeo = lib_pool.PoolGeometry(*x.shape, *kernel, *expected.shape[2:], *strides, *dil, *pads)
+            div = lib_pool.avg_divisor(lgeo, bool(attrs.get("count_include_pad", 0)), dtype)
+            for nparts in ((1, 2) if dtype == np.float32 else (1,)):
+                out = np.empty(expected.shape, dtype)
+                K.pool_run(x, geo, div, out, nparts)
+                np.testing.assert_allclose(out, expected, rtol=1e-6, err_msg=f"{kind} {attrs}")
+    for is_max, reduce in ((True, np.max), (False, np.mean)):
+        out = np.empty(6, dtype)
+        K.global_pool_run(x.reshape(6, -1), out, is_max, 2)
+        np.testing.assert_allclose(out, reduce(x.reshape(6, -1), axis=1), rtol=1e-6)

@@ -1,0 +1,512 @@
+"""The convolution family: 2-D convolution and pooling as Numba kernels cut into parts for the runtime's pool.
+
+One geometry vector describes every member (``conv_geometry``/``pool_geometry``: an int64 array, so one
+compiled function serves every shape), and the algorithm is a field of it, chosen per shape by ``choose``:
+
+- ``GEMM``: im2col (a Numba gather, parallel) and one single-threaded BLAS call per part; a 1x1 convolution
+  with stride 1 and no padding reads the input directly. The BLAS kernels win on large convolutions.
+- ``DIRECT``: output rows accumulated in cache from prepacked weights, four output channels per input load
+  (weights packed once at compile time as [M/4, C/group, kh, kw, 4]). For grouped convolutions, where im2col +
+  BLAS would be many tiny calls (see the rates below: it loses to BLAS on every ungrouped shape measured).
+- ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-adds per output row.
+
+Parts follow the contract of ``cpu.Contraction``: ``conv_part(x, w, bias, geo, acc, col, p, nparts)`` computes
+part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a generated
+epilogue (Relu, Clip, a residual Add, a folded BatchNorm's scale) runs on that range on the same thread while it
+is in cache. ``conv_prepare(x, w, bias, geo, col, p, nprep)`` fills part of the im2col buffer before any part
+runs, when the parts split one image's output channels; with as many images as parts, each part gathers its
+own images' columns into its own slice of ``col`` instead.
+
+Layout: NCHW (``LAYOUT`` 0). The geometry carries the layout so that channels-last members join the same
+family; today the channels-last convolution (``tlc.ConvNhwc``) still runs on its own library kernels.
+
+Pooling (max, average, with padding, strides, dilations) runs per (image, channel) plane:
+``pool_run(x, geo, divisor, out, nparts)``; global pooling is a plane reduction, ``global_pool_run``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .blas import gemm_f32, gemm_f64
+
+# geometry vector fields
+N, C, H, W, M, KH, KW, HO, WO, GROUP, SH, SW, DH, DW, PT, PL, LAYOUT, ALGO, MODE, KIND = range(20)
+GEO_SIZE = 20
+GEMM, DIRECT, DEPTHWISE = 0, 1, 2
+ALGO_NAMES = ("gemm", "direct", "depthwise")
+IMAGES, ROWS = 0, 1           # GEMM modes: each part whole images / the parts split one batch's output rows
+MAX, AVG = 0, 1               # pooling kinds
+BLOCK = 4                     # output channels per direct-kernel block
+
+#: the cost model's rates on one core (2-core Zen 4, thread CPU time, /tmp-style sweeps recorded in
+#: docs/architecture.md): the direct kernel reaches 3-8 GMAC/s, BLAS 50-90 after a fixed cost per call, the
+#: im2col gather ~1 G elements/s. On every ungrouped shape measured im2col + BLAS won (8->8 channels at 16x16:
+#: 21 us against 44; 64->64 at 56x56: 2.8 ms against 15), so DIRECT is chosen only where grouping turns BLAS
+#: into many tiny calls.
+DIRECT_MACS_PER_S = 5e9
+BLAS_MACS_PER_S = 50e9
+BLAS_CALL_S = 3e-6
+IM2COL_ELEMS_PER_S = 1e9
+
+
+def conv_geometry(x_shape, w_shape, out_shape, strides, pads_begin, dilations, group: int) -> np.ndarray:
+    n, c, h, w = x_shape
+    m, _, kh, kw = w_shape
+    geo = np.zeros(GEO_SIZE, np.int64)
+    geo[:LAYOUT] = (n, c, h, w, m, kh, kw, out_shape[2], out_shape[3], group, strides[0], strides[1],
+                    dilations[0], dilations[1], pads_begin[0], pads_begin[1])
+    return geo
+
+
+def is_pointwise(geo: np.ndarray) -> bool:
+    """A 1x1 convolution that is a plain product of the input (stride 1, no padding, one group)."""
+    return bool(geo[KH] == geo[KW] == 1 and geo[SH] == geo[SW] == 1 and geo[PT] == geo[PL] == 0
+                and geo[GROUP] == 1 and geo[HO] == geo[H] and geo[WO] == geo[W])
+
+
+def is_depthwise(geo: np.ndarray) -> bool:
+    return bool(geo[GROUP] == geo[C] == geo[M] and geo[GROUP] > 1)
+
+
+def macs(geo: np.ndarray) -> int:
+    return int(geo[N] * geo[M] * geo[HO] * geo[WO] * (geo[C] // geo[GROUP]) * geo[KH] * geo[KW])
+
+
+def choose(geo: np.ndarray) -> int:
+    """The algorithm for this shape: depthwise when it is one, else the cheaper of direct and im2col + BLAS by
+    the cost model above (seconds on one core)."""
+    if is_depthwise(geo):
+        return DEPTHWISE
+    work = macs(geo)
+    k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
+    hw = geo[HO] * geo[WO]
+    calls = geo[N] * geo[GROUP]
+    gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * hw
+    blas = work / BLAS_MACS_PER_S + calls * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
+    direct = work / DIRECT_MACS_PER_S
+    return DIRECT if direct < blas else GEMM
+
+
+def plan_conv(geo: np.ndarray, nparts: int, algo: int | None = None) -> tuple[int, int, int]:
+    """Set ``geo``'s algorithm and mode for ``nparts`` parts; returns (col elements, nparts, nprep)."""
+    geo[ALGO] = choose(geo) if algo is None else algo
+    if geo[ALGO] != GEMM:
+        planes = int(geo[N] * geo[M])
+        return 1, max(1, min(nparts, planes)), 0
+    k_all = int(geo[C] * geo[KH] * geo[KW])
+    hw = int(geo[HO] * geo[WO])
+    gather = not is_pointwise(geo)
+    if geo[N] >= nparts:
+        geo[MODE] = IMAGES
+        return (nparts * k_all * hw if gather else 1), nparts, 0
+    geo[MODE] = ROWS
+    rows = int(geo[N] * k_all)
+    return (rows * hw if gather else 1), nparts, (min(nparts, rows) if gather else 0)
+
+
+def pack_weights(w: np.ndarray, geo: np.ndarray) -> np.ndarray:
+    """Weights [M, C/group, kh, kw] in the layout the algorithm reads, flat: as they are for GEMM and
+    DEPTHWISE, [M/4, C/group, kh, kw, 4] (zero-padded to whole blocks) for DIRECT."""
+    if geo[ALGO] != DIRECT:
+        return np.ascontiguousarray(w).reshape(-1)
+    m, cg, kh, kw = w.shape
+    blocks = -(-m // BLOCK)
+    packed = np.zeros((blocks * BLOCK, cg, kh, kw), w.dtype)
+    packed[:m] = w
+    return np.ascontiguousarray(packed.reshape(blocks, BLOCK, cg, kh, kw).transpose(0, 2, 3, 4, 1)).reshape(-1)
+
+
+# ---------------------------------------------------------------------------- helpers
+@njit(cache=True, nogil=True, inline="always")
+def _span(off, sw, width, wo):
+    """The output columns [j0, j1) whose input column ``ow * sw + off`` lies inside [0, width)."""
+    j0 = 0 if off >= 0 else (-off + sw - 1) // sw
+    j1 = (width - 1 - off) // sw + 1 if width - 1 - off >= 0 else 0
+    return min(j0, wo), max(min(j1, wo), min(j0, wo))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _gemm(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
+    """c[c_off:] (m x n, row stride ldc) = a[a_off:] (m x k) @ b[b_off:] (k x n), single-threaded BLAS."""
+    item = c.itemsize
+    if item == 4:
+        gemm_f32(m, n, k, 1.0, a.ctypes.data + a_off * item, lda, 1, b.ctypes.data + b_off * item, ldb, 1, 0.0,
+                 c.ctypes.data + c_off * item, ldc)
+    else:
+        gemm_f64(m, n, k, 1.0, a.ctypes.data + a_off * item, lda, 1, b.ctypes.data + b_off * item, ldb, 1, 0.0,
+                 c.ctypes.data + c_off * item, ldc)
+
+
+@njit(cache=True, nogil=True)
+def _im2col_rows(x, geo, col, col_off, r0, r1):
+    """Rows [r0, r1) of the im2col matrix of the whole batch (row = (image, channel, ki, kj), columns the output
+    positions) into ``col`` from ``col_off`` on (``col_off`` is where row 0 would start)."""
+    c_all, h, width, kh, kw = geo[C], geo[H], geo[W], geo[KH], geo[KW]
+    ho, wo, sh, sw, dh, dw, pt, pl = geo[HO], geo[WO], geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
+    hw = ho * wo
+    taps = kh * kw
+    for r in range(r0, r1):
+        n = r // (c_all * taps)
+        rest = r - n * c_all * taps
+        c = rest // taps
+        ki = (rest - c * taps) // kw
+        kj = rest - c * taps - ki * kw
+        off = kj * dw - pl
+        j0, j1 = _span(off, sw, width, wo)
+        base = col_off + r * hw
+        for oh in range(ho):
+            ih = oh * sh - pt + ki * dh
+            row = base + oh * wo
+            if ih < 0 or ih >= h:
+                for j in range(wo):
+                    col[row + j] = 0.0
+                continue
+            xrow = x[n, c, ih]
+            for j in range(j0):
+                col[row + j] = 0.0
+            if sw == 1:
+                for j in range(j0, j1):
+                    col[np.uint64(row + j)] = xrow[np.uint64(j + off)]
+            else:
+                for j in range(j0, j1):
+                    col[np.uint64(row + j)] = xrow[np.uint64(j * sw + off)]
+            for j in range(j1, wo):
+                col[row + j] = 0.0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add_bias(acc, bias, n, m0, m1, hw):
+    if bias.shape[0] == 0:
+        return
+    flat = acc.reshape(-1)
+    base = n * acc.shape[1] * hw
+    for m in range(m0, m1):
+        b = bias[m]
+        start = base + m * hw
+        for j in range(hw):
+            flat[start + j] += b
+
+
+@njit(cache=True, nogil=True)
+def _gemm_rows(x, w, bias, geo, acc, col, col_off, n, m0, m1):
+    """Output channels [m0, m1) of image ``n`` (within one group or across groups) from its im2col columns,
+    which start at ``col[col_off]`` as [C*kh*kw, HO*WO] (unused for a pointwise conv)."""
+    c_all, m_all, group = geo[C], geo[M], geo[GROUP]
+    cg, mg = c_all // group, m_all // group
+    k = cg * geo[KH] * geo[KW]
+    hw = geo[HO] * geo[WO]
+    pointwise = geo[KH] == 1 and geo[KW] == 1 and geo[SH] == 1 and geo[SW] == 1 and geo[PT] == 0 \
+        and geo[PL] == 0 and geo[HO] == geo[H] and geo[WO] == geo[W]
+    xf = x.reshape(-1)
+    out_base = n * m_all * hw
+    m = m0
+    while m < m1:
+        g = m // mg
+        stop = min(m1, (g + 1) * mg)
+        if pointwise:
+            _gemm(stop - m, hw, k, w, m * k, k, xf, (n * c_all + g * cg) * hw, hw, acc, out_base + m * hw, hw)
+        else:
+            _gemm(stop - m, hw, k, w, m * k, k, col, col_off + g * k * hw, hw, acc, out_base + m * hw, hw)
+        m = stop
+    _add_bias(acc, bias, n, m0, m1, hw)
+
+
+@njit(cache=True, nogil=True)
+def _direct_rows(x, wp, bias, geo, acc, n, m0, m1):
+    """Output channels [m0, m1) of image ``n`` by the direct kernel, ``m0`` a multiple of BLOCK; blocks of four
+    channels share each input load, and each output row is finished before the next (it stays in L1)."""
+    c_all, h, width, m_all, group = geo[C], geo[H], geo[W], geo[M], geo[GROUP]
+    kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
+    sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
+    cg, mg = c_all // group, m_all // group
+    has_bias = bias.shape[0] > 0
+    for mb in range(m0 // BLOCK, (m1 + BLOCK - 1) // BLOCK):
+        first = mb * BLOCK
+        count = min(BLOCK, m1 - first)
+        g = first // mg
+        same_group = (first + count - 1) // mg == g
+        if count == BLOCK and same_group:
+            o0, o1, o2, o3 = acc[n, first], acc[n, first + 1], acc[n, first + 2], acc[n, first + 3]
+            for oh in range(ho):
+                r0, r1, r2, r3 = o0[oh], o1[oh], o2[oh], o3[oh]
+                b0 = bias[first] if has_bias else 0.0
+                b1 = bias[first + 1] if has_bias else 0.0
+                b2 = bias[first + 2] if has_bias else 0.0
+                b3 = bias[first + 3] if has_bias else 0.0
+                for j in range(wo):
+                    r0[j] = b0
+                    r1[j] = b1
+                    r2[j] = b2
+                    r3[j] = b3
+                for c in range(cg):
+                    xc = x[n, g * cg + c]
+                    for ki in range(kh):
+                        ih = oh * sh - pt + ki * dh
+                        if ih < 0 or ih >= h:
+                            continue
+                        xrow = xc[ih]
+                        for kj in range(kw):
+                            base = (((mb * cg + c) * kh + ki) * kw + kj) * BLOCK
+                            w0, w1, w2, w3 = wp[base], wp[base + 1], wp[base + 2], wp[base + 3]
+                            off = kj * dw - pl
+                            j0, j1 = _span(off, sw, width, wo)
+                            if sw == 1:
+                                for j in range(j0, j1):
+                                    xv = xrow[np.uint64(j + off)]
+                                    r0[np.uint64(j)] += w0 * xv
+                                    r1[np.uint64(j)] += w1 * xv
+                                    r2[np.uint64(j)] += w2 * xv
+                                    r3[np.uint64(j)] += w3 * xv
+                            else:
+                                for j in range(j0, j1):
+                                    xv = xrow[np.uint64(j * sw + off)]
+                                    r0[np.uint64(j)] += w0 * xv
+                                    r1[np.uint64(j)] += w1 * xv
+                                    r2[np.uint64(j)] += w2 * xv
+                                    r3[np.uint64(j)] += w3 * xv
+        else:   # a ragged block (the last one, or one across a group boundary): one channel at a time
+            for t in range(count):
+                m = first + t
+                g = m // mg
+                o = acc[n, m]
+                for oh in range(ho):
+                    r = o[oh]
+                    b = bias[m] if has_bias else 0.0
+                    for j in range(wo):
+                        r[j] = b
+                    for c in range(cg):
+                        xc = x[n, g * cg + c]
+                        for ki in range(kh):
+                            ih = oh * sh - pt + ki * dh
+                            if ih < 0 or ih >= h:
+                                continue
+                            xrow = xc[ih]
+                            for kj in range(kw):
+                                wv = wp[(((mb * cg + c) * kh + ki) * kw + kj) * BLOCK + t]
+                                off = kj * dw - pl
+                                j0, j1 = _span(off, sw, width, wo)
+                                for j in range(j0, j1):
+                                    r[np.uint64(j)] += wv * xrow[np.uint64(j * sw + off)]
+
+
+@njit(cache=True, nogil=True)
+def _depthwise_planes(x, w, bias, geo, acc, q0, q1):
+    """Planes [q0, q1) of the flattened (image, channel) output of a depthwise conv; kh*kw multiply-adds per
+    output row, the row kept in L1."""
+    c_all, h, width = geo[C], geo[H], geo[W]
+    kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
+    sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
+    has_bias = bias.shape[0] > 0
+    taps = kh * kw
+    for q in range(q0, q1):
+        n = q // c_all
+        c = q - n * c_all
+        xc = x[n, c]
+        o = acc[n, c]
+        b = bias[c] if has_bias else 0.0
+        for oh in range(ho):
+            r = o[oh]
+            for j in range(wo):
+                r[j] = b
+            for ki in range(kh):
+                ih = oh * sh - pt + ki * dh
+                if ih < 0 or ih >= h:
+                    continue
+                xrow = xc[ih]
+                for kj in range(kw):
+                    wv = w[c * taps + ki * kw + kj]
+                    off = kj * dw - pl
+                    j0, j1 = _span(off, sw, width, wo)
+                    if sw == 1:
+                        for j in range(j0, j1):
+                            r[np.uint64(j)] += wv * xrow[np.uint64(j + off)]
+                    else:
+                        for j in range(j0, j1):
+                            r[np.uint64(j)] += wv * xrow[np.uint64(j * sw + off)]
+
+
+# ---------------------------------------------------------------------------- parts
+@njit(cache=True, nogil=True)
+def conv_prepare(x, w, bias, geo, col, p, nprep):
+    """Part ``p`` of ``nprep`` of the batch's im2col (GEMM, ROWS mode; nothing otherwise)."""
+    if geo[ALGO] != GEMM or geo[MODE] != ROWS:
+        return
+    rows = geo[N] * geo[C] * geo[KH] * geo[KW]
+    _im2col_rows(x, geo, col, 0, rows * p // nprep, rows * (p + 1) // nprep)
+
+
+@njit(cache=True, nogil=True)
+def conv_part(x, w, bias, geo, acc, col, p, nparts):
+    """Part ``p`` of ``nparts`` of the convolution into ``acc`` (bias included); returns the flat range written."""
+    n_all, m_all = geo[N], geo[M]
+    hw = geo[HO] * geo[WO]
+    algo = geo[ALGO]
+    if algo == DEPTHWISE:
+        planes = n_all * m_all
+        q0, q1 = planes * p // nparts, planes * (p + 1) // nparts
+        _depthwise_planes(x, w, bias, geo, acc, q0, q1)
+        return q0 * hw, q1 * hw
+    if algo == DIRECT:   # parts of whole channel blocks
+        blocks_per_image = (m_all + BLOCK - 1) // BLOCK
+        blocks = n_all * blocks_per_image
+        b0, b1 = blocks * p // nparts, blocks * (p + 1) // nparts
+        lo = (b0 // blocks_per_image) * m_all + min(m_all, (b0 % blocks_per_image) * BLOCK)
+        hi = (b1 // blocks_per_image) * m_all + min(m_all, (b1 % blocks_per_image) * BLOCK)
+        b = b0
+        while b < b1:
+            n = b // blocks_per_image
+            stop = min(b1, (n + 1) * blocks_per_image)
+            _direct_rows(x, w, bias, geo, acc, n, (b - n * blocks_per_image) * BLOCK,
+                         min(m_all, (stop - n * blocks_per_image) * BLOCK))
+            b = stop
+        return lo * hw, hi * hw
+    k_all = geo[C] * geo[KH] * geo[KW]
+    pointwise = col.shape[0] <= 1
+    if geo[MODE] == IMAGES:
+        n0, n1 = n_all * p // nparts, n_all * (p + 1) // nparts
+        own = p * k_all * hw
+        for n in range(n0, n1):
+            if not pointwise:
+                _im2col_rows(x, geo, col, own - n * k_all * hw, n * k_all, (n + 1) * k_all)
+            _gemm_rows(x, w, bias, geo, acc, col, own, n, 0, m_all)
+        return n0 * m_all * hw, n1 * m_all * hw
+    rows = n_all * m_all
+    r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
+    r = r0
+    while r < r1:
+        n = r // m_all
+        stop = min(r1, (n + 1) * m_all)
+        _gemm_rows(x, w, bias, geo, acc, col, n * k_all * hw, n, r - n * m_all, stop - n * m_all)
+        r = stop
+    return r0 * hw, r1 * hw
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def conv_run_parallel(x, w, bias, geo, out, col, nparts, nprep):
+    for p in prange(nprep):
+        conv_prepare(x, w, bias, geo, col, p, nprep)
+    for p in prange(nparts):
+        conv_part(x, w, bias, geo, out, col, p, nparts)
+
+
+@njit(cache=True, nogil=True)
+def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
+    for p in range(nprep):
+        conv_prepare(x, w, bias, geo, col, p, nprep)
+    for p in range(nparts):
+        conv_part(x, w, bias, geo, out, col, p, nparts)
+
+
+def conv_run(x, w, bias, geo, out, col, nparts: int, nprep: int) -> None:
+    """The whole convolution into ``out`` (see the module docstring), on Numba's pool when ``nparts > 1``."""
+    (conv_run_parallel if nparts > 1 else conv_run_serial)(x, w, bias, geo, out, col, nparts, nprep)
+
+
+# ---------------------------------------------------------------------------- pooling
+def pool_geometry(x_shape, kernel, out_shape, strides, pads_begin, dilations, kind: int) -> np.ndarray:
+    n, c, h, w = x_shape
+    geo = np.zeros(GEO_SIZE, np.int64)
+    geo[:LAYOUT] = (n, c, h, w, c, kernel[0], kernel[1], out_shape[2], out_shape[3], c, strides[0], strides[1],
+                    dilations[0], dilations[1], pads_begin[0], pads_begin[1])
+    geo[KIND] = kind
+    return geo
+
+
+@njit(cache=True, nogil=True)
+def pool_planes(x, geo, divisor, out, q0, q1):
+    """Planes [q0, q1) of the flattened (image, channel) output of a max or average pool (float). Max compares
+    strictly in window order (a NaN counts only as the first tap), as the reference and onnxruntime do; average
+    divides by ``divisor`` [HO, WO], the cells each window counts (``lib_pool.avg_divisor``: ONNX's rules for
+    ``count_include_pad``)."""
+    c_all, h, width = geo[C], geo[H], geo[W]
+    kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
+    sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
+    is_max = geo[KIND] == MAX
+    for q in range(q0, q1):
+        n = q // c_all
+        c = q - n * c_all
+        xc = x[n, c]
+        o = out[n, c]
+        for oh in range(ho):
+            r = o[oh]
+            if is_max:   # the first tap in window order starts the maximum (a pad tap: -inf), as the reference
+                for j in range(wo):
+                    r[j] = -np.inf
+                ih = oh * sh - pt
+                if ih >= 0 and ih < h:
+                    j0, j1 = _span(-pl, sw, width, wo)
+                    for j in range(j0, j1):
+                        r[j] = xc[ih, j * sw - pl]
+            else:
+                for j in range(wo):
+                    r[j] = 0.0
+            for ki in range(kh):
+                ih = oh * sh - pt + ki * dh
+                if ih < 0 or ih >= h:
+                    continue
+                xrow = xc[ih]
+                for kj in range(kw):
+                    off = kj * dw - pl
+                    j0, j1 = _span(off, sw, width, wo)
+                    if is_max:
+                        for j in range(j0, j1):
+                            v = xrow[j * sw + off]
+                            if v > r[j]:   # strict: NaN never replaces, the first maximum stays
+                                r[j] = v
+                    else:
+                        for j in range(j0, j1):
+                            r[np.uint64(j)] += xrow[np.uint64(j * sw + off)]
+            if not is_max:
+                d = divisor[oh]
+                for j in range(wo):
+                    r[j] = r[j] / d[j]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _pool_parallel(x, geo, divisor, out, nparts):
+    planes = geo[N] * geo[C]
+    for p in prange(nparts):
+        pool_planes(x, geo, divisor, out, planes * p // nparts, planes * (p + 1) // nparts)
+
+
+def pool_run(x, geo, divisor, out, nparts: int) -> None:
+    if nparts > 1:
+        _pool_parallel(x, geo, divisor, out, nparts)
+    else:
+        pool_planes(x, geo, divisor, out, 0, int(geo[N] * geo[C]))
+
+
+@njit(cache=True, nogil=True)
+def global_pool_planes(x, out, is_max, q0, q1):
+    """Planes [q0, q1) of a global max or average pool of x viewed [planes, size] into out [planes]."""
+    size = x.shape[1]
+    for q in range(q0, q1):
+        row = x[q]
+        if is_max:
+            acc = -np.inf
+            for j in range(size):
+                v = row[j]
+                if v > acc or v != v:
+                    acc = v
+            out[q] = acc
+        else:
+            total = 0.0
+            for j in range(size):
+                total += row[j]
+            out[q] = total / size
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _global_parallel(x, out, is_max, nparts):
+    planes = x.shape[0]
+    for p in prange(nparts):
+        global_pool_planes(x, out, is_max, planes * p // nparts, planes * (p + 1) // nparts)
+
+
+def global_pool_run(x, out, is_max: bool, nparts: int) -> None:
+    if nparts > 1:
+        _global_parallel(x, out, is_max, nparts)
+    else:
+        global_pool_planes(x, out, is_max, 0, x.shape[0])
