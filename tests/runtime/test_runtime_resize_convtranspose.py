@@ -4,7 +4,6 @@ the reference passes, run as compiled plans."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import warnings
 
@@ -78,6 +77,8 @@ def test_resize_modes_match_reference_and_onnxruntime(rng):
     feeds = {"x": rng.standard_normal((2, 3, 6, 7), dtype=np.float32),
              "wide": rng.standard_normal((1, 2, 3, 130), dtype=np.float32),     # long axes: tap by tap
              "tall": rng.standard_normal((1, 2, 120, 5), dtype=np.float32),
+             "big": rng.standard_normal((1, 2, 40, 100), dtype=np.float32),     # two passes tap by tap
+             "mixed": rng.standard_normal((1, 2, 40, 50), dtype=np.float32),    # taps, then a dense product
              "x64": rng.standard_normal((1, 2, 5, 4)),
              "u8": rng.integers(0, 255, (1, 2, 5, 4), dtype=np.uint8)}
     near, lin, cub = {"mode": "nearest"}, {"mode": "linear"}, {"mode": "cubic"}
@@ -109,6 +110,9 @@ def test_resize_modes_match_reference_and_onnxruntime(rng):
         "wide_linear": ("wide", [None, f32(1, 1, 1, 1.5)], lin),
         "wide_cubic_down": ("wide", [None, f32(1, 1, 1, 0.75)], cub),
         "tall_linear": ("tall", [None, f32(1, 1, 1.7, 1)], {**lin, "coordinate_transformation_mode": "align_corners"}),
+        "big_linear": ("big", [None, f32(1, 1, 2, 1.2)], lin),
+        "big_cubic_down": ("big", [None, None, i64(20, 50)], {**cub, "axes": [2, 3]}),
+        "mixed_linear": ("mixed", [None, f32(1, 1, 1.5, 2)], lin),
         "uint8_nearest": ("u8", [None, f32(1, 1, 2, 1.5)], near),
     }
     doubles = {"double_linear": ("x64", [None, f32(1, 1, 2.2, 1.5)], lin),
@@ -157,13 +161,7 @@ def frozen(case):
     for vi, value in zip(graph_inputs[1:], inputs[1:]):
         model.graph.initializer.append(numpy_helper.from_array(as_array(value), vi.name))
         model.graph.input.remove(vi)
-    return dataclasses.replace(case, model=model) if dataclasses.is_dataclass(case) else copy_case(case, model)
-
-
-def copy_case(case, model):
-    clone = copy.copy(case)
-    clone.model = model
-    return clone
+    return dataclasses.replace(case, model=model)
 
 
 def test_onnx_backend_cases_pass_as_compiled_plans():
