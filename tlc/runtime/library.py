@@ -1,9 +1,10 @@
 """Library steps: ops that run as one or a few numpy calls into their planned outputs (no JIT, no reference).
 
 Data movement (views, transposes, concatenation, gathers, slices, splits, pads, expands), reductions over any
-axes, Softmax over a middle axis, inference BatchNormalization, pooling and LRN through numpy, and a
-single elementwise op evaluated from its scalar expression (the fallback of its native kernel). Every ``bind``
-reads the attributes and the known constant inputs (slice bounds, axes, pads) once, for one input-shape
+axes, Softmax over a middle axis, inference BatchNormalization, pooling and LRN through numpy, Resize (a gather
+or an interpolation product per axis), 2-D ConvTranspose (GEMM then col2im by strided slices), and a single
+elementwise op evaluated from its scalar expression (the fallback of its native kernel). Every ``bind``
+reads the attributes and the known constant inputs (slice bounds, axes, pads, scales, weights) once, for one input-shape
 signature, so a run makes only the numpy calls.
 """
 
