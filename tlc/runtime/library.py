@@ -550,9 +550,10 @@ def _dense_pass(in_len: int, num_taps: int, inner: int) -> bool:
 
 
 class ResizeImpl(StepImpl):
-    """Resize one axis at a time, in the reference's order: a gather (nearest) or a product with the axis's
-    interpolation matrix, both built once per signature from the reference's own coordinate and tap routines
-    (``ops.resize.source_coords``, ``taps``), so every mode and attribute means what the reference says."""
+    """Resize one axis at a time: a gather (nearest), a product with the axis's interpolation matrix, or its
+    taps one by one (a long axis), each built once per signature from the reference's own coordinate and tap
+    routines (``ops.resize.source_coords``, ``taps``), so every mode and attribute means what the reference
+    says. Only the order of the passes may differ from the reference's (they commute; float rounding aside)."""
 
     reason = "per-axis gathers and interpolation matrices"
 
@@ -567,6 +568,8 @@ class ResizeImpl(StepImpl):
                                                    self.attrs["keep_aspect_ratio_policy"])
         if tuple(out_shape) != y:
             raise NotNative(f"Resize gives {out_shape}, planned {list(y)}")
+        if 0 in x or 0 in y:
+            raise NotNative("an empty input or output")
         dtype = ctx.out_dtype()
         nearest = self.attrs["mode"] == "nearest"
         if dtype.kind == "f" and dtype.itemsize >= 4:
@@ -684,7 +687,7 @@ class ConvTransposeImpl(StepImpl):
         except ValueError as exc:
             raise NotNative(str(exc)) from None
         outs = [g[0] for g in geometry]
-        if (n, mg * group, *outs) != y or c != w[0] or c % group:
+        if (n, mg * group, *outs) != y or c != w[0] or c % group or 0 in x or 0 in w:
             raise NotNative(f"ConvTranspose of X {list(x)}, W {list(w)} gives {list(y)}")
         taps, coverage = [], np.zeros(outs, np.int64)
         for k, (i, j) in enumerate(itertools.product(range(kernel[0]), range(kernel[1]))):
