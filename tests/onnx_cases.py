@@ -69,6 +69,23 @@ def all_cases() -> tuple:
         return tuple(collect_testcases())
 
 
+def quick_cases_for(*ops: str) -> list:
+    """``cases_for(*ops)`` without building all ~1,900 node cases (``all_cases`` takes ~6 s): importing onnx's case
+    module of an op (``onnx.backend.test.case.node.<op lowercased>``) records that op's cases in onnx's list,
+    which ``all_cases`` later returns in full (the other modules imported then), so the two mix in one session."""
+    import importlib
+
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for op in ops:
+            importlib.import_module(f"{node.__name__}.{op.lower()}")
+    wanted = set(ops)
+    # NOTE: _NodeTestCases is where onnx's ``expect`` records every case it builds
+    return [c for c in node._NodeTestCases if c.model.graph.node and c.model.graph.node[0].op_type in wanted]
+
+
 def case_ops(case) -> list[str]:
     """The (qualified) op types a case's model uses."""
     return sorted({f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type

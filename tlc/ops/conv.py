@@ -146,7 +146,7 @@ def transpose_axis(window: Window, i: int, size: int, output_padding: int, outpu
     return full - begin - end, begin
 
 
-def _transpose_attrs(attrs: dict[str, Any], rank: int) -> tuple[list[int], list[int | None]]:
+def transpose_attrs(attrs: dict[str, Any], rank: int) -> tuple[list[int], list[int | None]]:
     """output_padding (zeros by default) and the spatial output_shape (Nones when absent)."""
     output_padding = list(attrs.get("output_padding") or [0] * rank)
     if len(output_padding) != rank:
@@ -175,7 +175,7 @@ def _conv_transpose_infer(ctx: InferContext) -> list[TensorType]:
     _check_bias(ctx, m)
     try:
         kernel = kernel_from(ctx.attrs, w.shape, nsp)
-        output_padding, output_shape = _transpose_attrs(ctx.attrs, nsp)
+        output_padding, output_shape = transpose_attrs(ctx.attrs, nsp)
     except ValueError as exc:
         ctx.fail(str(exc))
     window = _window_or_fail(ctx, kernel)
@@ -200,7 +200,7 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *,
                          w.shape[2:])
     if c != w.shape[0]:
         raise ValueError(f"X has {c} channels but W {list(w.shape)} expects {w.shape[0]}")
-    padding, shape = _transpose_attrs({"output_padding": output_padding, "output_shape": output_shape}, nsp)
+    padding, shape = transpose_attrs({"output_padding": output_padding, "output_shape": output_shape}, nsp)
     sizes = list(x.shape[2:])
     geometry = [transpose_axis(window, i, size, padding[i], shape[i]) for i, size in enumerate(sizes)]
     outs, begins = [g[0] for g in geometry], [g[1] for g in geometry]

@@ -193,23 +193,35 @@ def resize_axis(data: np.ndarray, axis: int, out_len: int, scale: float, roi: tu
     return result
 
 
-def _resize(x, roi=None, scales=None, sizes=None, **attrs):
-    rank = x.ndim
-    axes = list(range(rank)) if attrs["axes"] is None else [a % rank for a in attrs["axes"]]
+def axis_passes(shape: Sequence[int], axes_attr: Sequence[int] | None, roi: np.ndarray | None,
+                scales: np.ndarray | None, sizes: np.ndarray | None,
+                policy: str) -> tuple[list[int], list[tuple[int, int, float, tuple[float, float]]]]:
+    """The output shape of a concrete input, and the passes that resize it, in order: (axis, output length,
+    scale, roi bounds) per axis; an axis left as it is (scale 1, same length, the whole roi) has no pass."""
+    rank = len(shape)
+    axes = list(range(rank)) if axes_attr is None else [a % rank for a in axes_attr]
     scale_list, size_list = _given(scales), _given(sizes)
-    out_shape, scale_of = plan(x.shape, axes, scale_list, None if size_list is None else [int(s) for s in size_list],
-                               attrs["keep_aspect_ratio_policy"])
+    out_shape, scale_of = plan(shape, axes, scale_list, None if size_list is None else [int(s) for s in size_list],
+                               policy)
     roi_values = _given(roi)
-    result = x.astype(np.float64)
+    passes = []
     for i, a in enumerate(axes):
         bounds = (0.0, 1.0)
         if roi_values is not None:
             k = len(roi_values) // 2
             j = i if k == len(axes) else a
             bounds = (roi_values[j], roi_values[j + k])
-        if scale_of[a] == 1.0 and out_shape[a] == x.shape[a] and bounds == (0.0, 1.0):
+        if scale_of[a] == 1.0 and out_shape[a] == shape[a] and bounds == (0.0, 1.0):
             continue  # identity along this axis
-        result = resize_axis(result, a, int(out_shape[a]), float(scale_of[a]), bounds, attrs)
+        passes.append((a, int(out_shape[a]), float(scale_of[a]), bounds))
+    return [int(d) for d in out_shape], passes
+
+
+def _resize(x, roi=None, scales=None, sizes=None, **attrs):
+    _, passes = axis_passes(x.shape, attrs["axes"], roi, scales, sizes, attrs["keep_aspect_ratio_policy"])
+    result = x.astype(np.float64)
+    for axis, out_len, scale, bounds in passes:
+        result = resize_axis(result, axis, out_len, scale, bounds, attrs)
     if np.issubdtype(x.dtype, np.integer):
         info = np.iinfo(x.dtype)
         return np.clip(np.round(result), info.min, info.max).astype(x.dtype)

@@ -66,6 +66,8 @@ CPU_OPS: dict[str, Factory] = {
     "Tile": _single_output(lambda attrs: lib.TileImpl()),
     "Pad": _single_output(lib.PadImpl),
     "Trilu": _single_output(lib.TriluImpl),
+    "Resize": _single_output(lib.ResizeImpl),
+    "ConvTranspose": _single_output(lib.ConvTransposeImpl),
     "ReduceSum": _reduce("ReduceSum"), "ReduceMean": _reduce("ReduceMean"), "ReduceMax": _reduce("ReduceMax"),
     "ReduceMin": _reduce("ReduceMin"), "ReduceProd": _reduce("ReduceProd"),
     "Reshape": _view, "Flatten": _view, "Squeeze": _view, "Unsqueeze": _view, "Identity": _view,
