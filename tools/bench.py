@@ -39,13 +39,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+# NOTE: the tlc of this checkout, not whichever one is installed (an editable install may point at another
+# worktree); the fresh processes get it through PYTHONPATH
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
+
 # NOTE: tlc before numpy: it picks OpenBLAS's Haswell kernels on AMD only then (tlc/_platform.py)
-import tlc
+import tlc  # noqa: E402
 
 # isort: split
-import numpy as np
+import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# isort: split
 import models  # noqa: E402  (tools/ is not a package)
 
 ALL_MODELS = ["mlp", "transformer_block", "elementwise_chain", "layernorm_softmax", "resnet50_light"]
@@ -80,6 +85,7 @@ def machine_info() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "onnx": onnx.__version__,
             "onnxruntime": onnxruntime.__version__, "tlc": tlc.__version__,
+            "tlc_path": str(Path(tlc.__file__).parent),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
 
@@ -297,7 +303,9 @@ print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t1, "compile_s": t2 
 def first_call(model_path: str, feeds_path: str, kind: str, threads: int, cache_dir: str | None = None) -> dict:
     """Run FIRST_CALL_SCRIPT in a fresh process (``kind`` tlc: -O2, or ort); ``cache_dir`` None keeps this
     process's kernel cache (warm for plans it compiled)."""
-    env = dict(os.environ) if cache_dir is None else dict(os.environ, TLC_CACHE_DIR=cache_dir)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if cache_dir is not None:
+        env["TLC_CACHE_DIR"] = cache_dir
     argv = [sys.executable, "-c", FIRST_CALL_SCRIPT, model_path, kind, str(threads), feeds_path, str(RSS_CALLS)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
@@ -520,8 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", choices=[*SUITES, "all"], default=None,
                         help="classic (default), real, tiny or all; --models picks within it")
-    parser.add_argument("--models", nargs="+", default=None, choices=[n for names in SUITES.values() for n in names],
-                        help="models to run (default: the whole suite); without --suite, their own suites")
+    parser.add_argument("--models", nargs="+", default=None, metavar="MODEL",
+                        choices=[n for names in SUITES.values() for n in names],
+                        help="models to run (default: the whole suite): %(choices)s")
     parser.add_argument("--batch", nargs="+", type=int, default=[1],
                         help="batch sizes of the real suite (tiny models run at their own batch)")
     parser.add_argument("--threads", nargs="+", type=int, default=None,
