@@ -1,13 +1,21 @@
 """The tlc benchmark suite (shared/bench/README.md): tlc against onnxruntime on the same machine, in one run.
 
-    python tools/bench.py                       # every model, 2 threads and 1 thread, writes bench-results/
+    python tools/bench.py                       # the classic five, all cores and 1 thread, writes bench-results/
     python tools/bench.py --models mlp elementwise_chain --threads 2 --rounds 20
+    python tools/bench.py --suite real --batch 1 8 --threads 2 --quick --models resnet18 vit
 
-Contenders, interleaved round-robin so drift hits all alike: tlc -O0 (the reference executor), tlc -O2 and -O3
-(eager JIT), onnxruntime with ORT_ENABLE_ALL and ORT_DISABLE_ALL, all at the same intra-op thread count.
-Reports medians with min/max, ratios to onnxruntime, the memory-bandwidth bound of the memory-bound models,
-first-call latency with a cold and a warm kernel cache, compile time split into passes / lowering / JIT,
-node counts (original, tlc -O1/-O2/-O3, onnxruntime's optimized graph), peak RSS, and output agreement.
+Suites: ``classic`` (the five models of shared/bench/README.md), ``real`` (tools/models.py's REAL_MODELS at each
+``--batch``, named ``resnet18_b8``; ``dynamic_batch`` is one file with a symbolic batch, fed each batch size),
+``tiny`` (TINY_MODELS, per-run overhead graphs, at their own batch) and ``all``. The real and tiny suites race
+tlc -O2 against onnxruntime ORT_ENABLE_ALL only.
+
+Contenders of the classic suite, interleaved round-robin so drift hits all alike: tlc -O0 (the reference
+executor), tlc -O2 and -O3 (eager JIT), onnxruntime with ORT_ENABLE_ALL and ORT_DISABLE_ALL, all at the same
+intra-op thread count. Reports medians with min/max, ratios to onnxruntime and their geometric mean per suite and
+thread count, the reference steps and the planned arena bytes of the tlc -O2 plan (``plan.stats()``), peak RSS of
+tlc -O2 and of onnxruntime each in a fresh process (load, three calls), the memory-bandwidth bound of the
+memory-bound models, first-call latency with a cold and a warm kernel cache, compile time split into passes /
+lowering / JIT, node counts (original, tlc -O1/-O2/-O3, onnxruntime's optimized graph), and output agreement.
 Output: a markdown table on stdout and in OUT/results.md, OUT/results.json, OUT/ratios.png.
 
 The machine may be shared: the load average is recorded before and after each model's timing (in the table),
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -27,14 +36,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+# NOTE: the tlc of this checkout, not whichever one is installed (an editable install may point at another
+# worktree); the fresh processes get it through PYTHONPATH
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# NOTE: tlc before numpy: it picks OpenBLAS's Haswell kernels on AMD only then (tlc/_platform.py)
+import tlc  # noqa: E402
+
+# isort: split
+import numpy as np  # noqa: E402
+
+# isort: split
 import models  # noqa: E402  (tools/ is not a package)
 
 ALL_MODELS = ["mlp", "transformer_block", "elementwise_chain", "layernorm_softmax", "resnet50_light"]
+SUITES = {"classic": ALL_MODELS, "real": models.REAL_MODELS, "tiny": models.TINY_MODELS}
+FULL_CONTENDERS = ("tlc -O0", "tlc -O2", "tlc -O3", "ORT all", "ORT none")
+LEAN_CONTENDERS = ("tlc -O2", "ORT all")      # the real and tiny suites
+QUICK_ROUNDS = 3
 MEMORY_BOUND = {"elementwise_chain", "layernorm_softmax"}
 PAUSE_S = 0.15          # OpenBLAS threads spin ~0.13 s after a call (FACTS.md): let them settle
 WARM_CALLS = 2          # data untouched for ~0.1 s is slow for the next two passes (FACTS.md)
@@ -59,11 +82,10 @@ def machine_info() -> dict:
     import onnx
     import onnxruntime
 
-    import tlc
-
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "onnx": onnx.__version__,
             "onnxruntime": onnxruntime.__version__, "tlc": tlc.__version__,
+            "tlc_path": str(Path(tlc.__file__).parent),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
 
@@ -80,15 +102,49 @@ def copy_bandwidth(megabytes: int = 256, repeats: int = 7) -> float:
     return 2 * src.nbytes / min(times) / 1e9
 
 
+# ---------------------------------------------------------------------------- what is benchmarked
+@dataclass(frozen=True)
+class Case:
+    """One row of the report: a model of a suite, built at ``batch`` (and fed it where the batch is symbolic)."""
+
+    key: str          # the row's name: resnet18_b8, relu16, mlp
+    model: str        # the builder's name
+    suite: str
+    batch: int = 1
+
+    def build(self):
+        if self.suite == "classic":
+            return models.bench_model(self.model)
+        return models.build(self.model, batch=self.batch)
+
+
+def suite_of(name: str) -> str:
+    return next(suite for suite, names in SUITES.items() if name in names)
+
+
+def cases(names: list[str], batches: list[int]) -> list[Case]:
+    """The rows for ``names``: real models once per batch size, the others at their own batch."""
+    rows = []
+    for name in names:
+        suite = suite_of(name)
+        if suite != "real":
+            rows.append(Case(name, name, suite))
+            continue
+        # NOTE: a symbolic-batch model (dynamic_batch) builds one file whatever the batch; it is fed batch B
+        rows += [Case(f"{name}_b{batch}", name, suite, batch) for batch in batches]
+    return rows
+
+
 # ---------------------------------------------------------------------------- contenders
-def model_inputs(model) -> dict[str, np.ndarray]:
+def model_inputs(model, batch: int = 1) -> dict[str, np.ndarray]:
+    """Fixed-seed float32 feeds; a symbolic dimension (the batch) gets ``batch``."""
     rng = np.random.default_rng(0)
     feeds = {}
     inits = {t.name for t in model.graph.initializer}
     for vi in model.graph.input:
         if vi.name in inits:
             continue
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        shape = [d.dim_value if d.HasField("dim_value") else batch for d in vi.type.tensor_type.shape.dim]
         feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
     return feeds
 
@@ -105,28 +161,40 @@ def ort_session(model, threads: int, level: str, optimized_path: str | None = No
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def make_contenders(name: str, model, threads: int, include_o0: bool) -> tuple[dict, dict]:
-    """Callables feeds -> outputs (list) per contender, and compile facts of the tlc plans."""
-    import tlc
+def make_contenders(model, threads: int, labels: tuple[str, ...]) -> tuple[dict, dict, dict]:
+    """Callables feeds -> outputs (list) per contender of ``labels``, compile facts and the tlc plans."""
     from tlc.io.onnx import from_onnx
 
     graph, _ = from_onnx(model)
     out_names = [n for _, n in graph.outputs]
     contenders = {}
     facts = {}
-    if include_o0:
+    if "tlc -O0" in labels:
         contenders["tlc -O0"] = lambda f: [tlc.reference.run(graph, f)[n] for n in out_names]
     plans = {}
     for level in (2, 3):
+        if f"tlc -O{level}" not in labels:
+            continue
         start = time.perf_counter()
         plan = tlc.compile(graph, target="cpu", opt_level=level, jit="eager", num_threads=threads)
         facts[f"tlc -O{level}"] = {"compile_s": time.perf_counter() - start, **compile_split(plan)}
         contenders[f"tlc -O{level}"] = (lambda p: lambda f: [p.run(f)[n] for n in out_names])(plan)
         plans[f"tlc -O{level}"] = plan
     for level, label in (("ORT_ENABLE_ALL", "ORT all"), ("ORT_DISABLE_ALL", "ORT none")):
+        if label not in labels:
+            continue
         sess = ort_session(model, threads, level)
         contenders[label] = (lambda s: lambda f: s.run(None, f))(sess)
     return contenders, facts, plans
+
+
+def plan_facts(plan) -> dict:
+    """What ``plan.stats()`` says of a plan that has run: reference steps (and why) and the planned arena."""
+    stats = plan.stats()
+    latest = stats.specializations[-1] if stats.specializations else {}
+    return {"reference_steps": stats.totals["reference_steps"],
+            "reference_ops": sorted({f"{s.op}: {s.reason}" for s in stats.reference_steps()}),
+            "arena_bytes": latest.get("arena_bytes"), "by_mode": stats.by_mode()}
 
 
 def profile_plan(plan, feeds: dict, runs: int = 20) -> str:
@@ -178,7 +246,6 @@ def summarize(samples: list[float]) -> dict:
 def node_counts(model) -> dict:
     import onnx
 
-    import tlc
     from tlc.io.onnx import from_onnx
 
     graph, _ = from_onnx(model)
@@ -193,9 +260,14 @@ def node_counts(model) -> dict:
     return counts
 
 
+#: a fresh process: load, compile (or create the session), run: the first call timed, then RSS_CALLS - 1 more, then
+#: the peak resident memory of the process
+RSS_CALLS = 3
 FIRST_CALL_SCRIPT = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
+if sys.argv[2] != "ort":
+    import tlc  # before numpy (OpenBLAS's kernel choice)
 import numpy as np, onnx
 model = onnx.load(sys.argv[1]); kind = sys.argv[2]; threads = int(sys.argv[3])
 feeds = {k: np.load(sys.argv[4])[k] for k in np.load(sys.argv[4]).files}
@@ -207,8 +279,8 @@ if kind == "ort":
     s = ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
     t2 = time.perf_counter()
     s.run(None, feeds)
+    call = lambda: s.run(None, feeds)
 else:
-    import tlc
     graph = tlc.load(sys.argv[1])
     t15 = time.perf_counter()
     plan = tlc.compile(graph, target="cpu", opt_level=2, jit="eager", num_threads=threads)
@@ -216,7 +288,10 @@ else:
     split = dict(plan.compile_report(), import_and_load_s=t15 - t1)
     t1 = t15
     plan.run(feeds)
+    call = lambda: plan.run(feeds)
 t3 = time.perf_counter()
+for _ in range(int(sys.argv[5]) - 1):
+    call()
 # NOTE: ru_maxrss survives exec (it counted the benchmark process this one was forked from); VmHWM is this image's
 hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
 peak = int(hwm[0]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -225,34 +300,42 @@ print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t1, "compile_s": t2 
 """
 
 
-def first_call(model_path: str, feeds_path: str, kind: str, threads: int, cache_dir: str) -> dict:
-    env = dict(os.environ, TLC_CACHE_DIR=cache_dir)
-    proc = subprocess.run([sys.executable, "-c", FIRST_CALL_SCRIPT, model_path, kind, str(threads), feeds_path],
-                          capture_output=True, text=True, env=env, timeout=600)
+def first_call(model_path: str, feeds_path: str, kind: str, threads: int, cache_dir: str | None = None) -> dict:
+    """Run FIRST_CALL_SCRIPT in a fresh process (``kind`` tlc: -O2, or ort); ``cache_dir`` None keeps this
+    process's kernel cache (warm for plans it compiled)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if cache_dir is not None:
+        env["TLC_CACHE_DIR"] = cache_dir
+    argv = [sys.executable, "-c", FIRST_CALL_SCRIPT, model_path, kind, str(threads), feeds_path, str(RSS_CALLS)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------------------- the run
-def bench_model(name: str, threads_list: list[int], rounds: int, budget_s: float, bandwidth: float,
+def bench_model(case: Case, threads_list: list[int], rounds: int, budget_s: float, bandwidth: float,
                 tmp: str, profile: bool = False, include_o0: bool = True) -> dict:
-    model = models.bench_model(name)
-    feeds = model_inputs(model)
     import onnx
 
+    name = case.key
+    model = case.build()
+    feeds = model_inputs(model, case.batch)
     model_path = os.path.join(tmp, f"{name}.onnx")
     onnx.save(model, model_path)
     feeds_path = os.path.join(tmp, f"{name}.npz")
     np.savez(feeds_path, **feeds)
-    result: dict = {"model": name, "nodes": node_counts(model), "threads": {}, "load": {}, "profile_o2": {}}
-    if name in MEMORY_BOUND:
+    labels = FULL_CONTENDERS if case.suite == "classic" else LEAN_CONTENDERS
+    labels = tuple(label for label in labels if include_o0 or label != "tlc -O0")
+    result: dict = {"model": name, "suite": case.suite, "batch": case.batch, "nodes": node_counts(model),
+                    "threads": {}, "load": {}, "plan": {}, "peak_rss_mb": {}, "profile_o2": {}}
+    if case.model in MEMORY_BOUND:
         out_bytes = sum(a.nbytes for a in feeds.values())  # outputs have the input's size in these models
         min_bytes = sum(a.nbytes for a in feeds.values()) + out_bytes
         result["bandwidth_bound_ms"] = min_bytes / (bandwidth * 1e9) * 1000
     for threads in threads_list:
         log(f"[{name}] threads={threads}: compiling contenders")
-        contenders, facts, plans = make_contenders(name, model, threads, include_o0=include_o0)
+        contenders, facts, plans = make_contenders(model, threads, labels)
         expected = contenders["ORT all"](feeds)
         errors = {k: max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
                          for a, b in zip(fn(feeds), expected)) for k, fn in contenders.items()}
@@ -266,10 +349,17 @@ def bench_model(name: str, threads_list: list[int], rounds: int, budget_s: float
             stats[k]["max_abs_err_vs_ort"] = errors[k]
             stats[k].update(facts.get(k, {}))
         result["load"][threads] = {"before": load_before, "after": os.getloadavg()[0]}
+        result["plan"][threads] = plan_facts(plans["tlc -O2"])
         if profile and stats["tlc -O2"]["ratio_to_ort"] > 1.0:
             log(f"[{name}] threads={threads}: profiling tlc -O2")
             result["profile_o2"][threads] = profile_plan(plans["tlc -O2"], feeds)
         result["threads"][threads] = stats
+        del contenders, plans
+        # NOTE: this process's kernel cache now holds the -O2 plan's kernels: the fresh tlc process is warm
+        log(f"[{name}] threads={threads}: peak RSS of tlc -O2 and onnxruntime in fresh processes")
+        result["peak_rss_mb"][threads] = {
+            label: first_call(model_path, feeds_path, kind, threads).get("peak_rss_mb")
+            for label, kind in (("tlc -O2", "tlc"), ("ORT all", "ort"))}
     with tempfile.TemporaryDirectory() as cache:
         result["first_call"] = {
             "tlc cold cache": first_call(model_path, feeds_path, "tlc", threads_list[0], cache),
@@ -279,8 +369,25 @@ def bench_model(name: str, threads_list: list[int], rounds: int, budget_s: float
     return result
 
 
-def _cell(s: dict | None) -> str:
-    return "-" if s is None else f"{s['median_ms']:.2f} [{s['min_ms']:.2f}-{s['max_ms']:.2f}] x{s['ratio_to_ort']:.2f}"
+def _ms(v: float) -> str:
+    """Three significant digits at most, no exponent: the tiny graphs run in tens of microseconds."""
+    return f"{v:.0f}" if v >= 100 else f"{v:.2f}" if v >= 1 else f"{v:.3g}"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _cell(s: dict | None, ratio: bool = True) -> str:
+    if s is None:
+        return "-"
+    text = f"{_ms(s['median_ms'])} [{_ms(s['min_ms'])}-{_ms(s['max_ms'])}]"
+    return text + f" x{s['ratio_to_ort']:.2f}" if ratio else text
 
 
 def _secs(d: dict, key: str) -> str:
@@ -288,43 +395,95 @@ def _secs(d: dict, key: str) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _mb(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def geomean_ratios(results: list[dict]) -> list[dict]:
+    """Per suite and thread count: the geometric mean over the models of each contender's ratio to ORT all."""
+    rows = []
+    for suite in SUITES:
+        in_suite = [r for r in results if r["suite"] == suite]
+        for threads in sorted({t for r in in_suite for t in r["threads"]}):
+            stats = [r["threads"][threads] for r in in_suite if threads in r["threads"]]
+            means = {}
+            for label in FULL_CONTENDERS:
+                ratios = [st[label]["ratio_to_ort"] for st in stats if label in st]
+                if ratios and label != "ORT all":
+                    means[label] = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            rows.append({"suite": suite, "threads": threads, "models": len(stats), "geomean": means})
+    return rows
+
+
+def _reference_cell(facts: dict) -> str:
+    ops = sorted({line.split(":", 1)[0] for line in facts.get("reference_ops", [])})
+    count = facts.get("reference_steps", "-")
+    return f"{count} ({', '.join(ops)})" if ops else str(count)
+
+
+def latency_table(results: list[dict], suite: str, threads: int) -> list[str]:
+    """The steady-state table of one suite at one thread count, with the -O2 plan's facts and peak RSS."""
+    rows = [r for r in results if r["suite"] == suite and threads in r["threads"]]
+    labels = [label for label in FULL_CONTENDERS if any(label in r["threads"][threads] for r in rows)]
+    bound = suite == "classic"
+    head = (["model"] + labels + ["-O2 / ORT", "ref steps -O2", "arena -O2", "peak RSS MB tlc / ORT"] +
+            (["bound ms (-O2 / bound)"] if bound else []) + ["max err -O2", "load"])
+    lines = [f"## {suite} suite, {threads} thread(s): median ms [min-max], ratio to ORT all", "",
+             "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for r in rows:
+        stats = r["threads"][threads]
+        o2 = stats["tlc -O2"]
+        facts = r.get("plan", {}).get(threads, {})
+        rss = r.get("peak_rss_mb", {}).get(threads, {})
+        load = r.get("load", {}).get(threads, {})
+        cells = [r["model"]] + [_cell(stats.get(label), ratio=label not in ("tlc -O2", "ORT all"))
+                                for label in labels]
+        cells += [f"x{o2['ratio_to_ort']:.2f}", _reference_cell(facts),
+                  _bytes(facts.get("arena_bytes")),
+                  f"{_mb(rss.get('tlc -O2'))} / {_mb(rss.get('ORT all'))}"]
+        if bound:
+            b = r.get("bandwidth_bound_ms")
+            cells.append("-" if b is None else f"{b:.2f} (x{o2['median_ms'] / b:.1f})")
+        cells += [f"{o2['max_abs_err_vs_ort']:.1e}",
+                  f"{load.get('before', float('nan')):.1f}-{load.get('after', float('nan')):.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def markdown(results: list[dict], info: dict, bandwidth: float) -> str:
     lines = [f"# tlc benchmark ({info['date']})", "",
              f"{info['cpu']}, {info['cores']} cores; numpy {info['numpy']}, numba {info['numba']}, "
-             f"onnxruntime {info['onnxruntime']}; copy bandwidth {bandwidth:.1f} GB/s", ""]
-    threads_all = sorted({t for r in results for t in r["threads"]})
-    labels = ["tlc -O0", "tlc -O2", "tlc -O3", "ORT all", "ORT none"]
-    for threads in threads_all:
-        lines += [f"## Steady-state latency, {threads} thread(s): median ms [min-max], ratio to ORT all", "",
-                  "| model | " + " | ".join(labels) + " | bound ms (-O2 / bound) | max err -O2 | load |",
-                  "|---" * (len(labels) + 4) + "|"]
-        for r in results:
-            stats = r["threads"].get(threads)
-            if not stats:
-                continue
-            bound = r.get("bandwidth_bound_ms")
-            bound_text = "-" if bound is None else f"{bound:.2f} (x{stats['tlc -O2']['median_ms'] / bound:.1f})"
-            load = r.get("load", {}).get(threads, {})
-            lines.append(f"| {r['model']} | " + " | ".join(_cell(stats.get(label)) for label in labels) +
-                         f" | {bound_text} | {stats['tlc -O2']['max_abs_err_vs_ort']:.1e} | "
-                         f"{load.get('before', float('nan')):.1f}-{load.get('after', float('nan')):.1f} |")
-        lines.append("")
+             f"onnxruntime {info['onnxruntime']}; copy bandwidth {bandwidth:.1f} GB/s", "",
+             "Peak RSS: each contender alone in a fresh process (load, compile or create the session, "
+             f"{RSS_CALLS} calls; tlc with a warm kernel cache).", "",
+             "## Geometric mean of the latency ratios to ORT all (lower is better)", ""]
+    geomeans = geomean_ratios(results)
+    shown = [c for c in FULL_CONTENDERS if any(c in row["geomean"] for row in geomeans)]
+    lines += ["| suite | threads | models | " + " | ".join(shown) + " |", "|---" * (len(shown) + 3) + "|"]
+    for row in geomeans:
+        means = row["geomean"]
+        lines.append(f"| {row['suite']} | {row['threads']} | {row['models']} | " +
+                     " | ".join("-" if c not in means else f"x{means[c]:.2f}" for c in shown) + " |")
+    lines.append("")
+    for suite in SUITES:
+        for threads in sorted({t for r in results if r["suite"] == suite for t in r["threads"]}):
+            lines += latency_table(results, suite, threads)
     lines += ["## Compile time and first call (fresh processes, -O2, s)", "",
               "compile = `tlc.compile()` of the loaded model (ORT: session creation); first call = compile + first "
               "run; both after `import tlc` and loading. In-process: the benchmark's own compile (kernels already in "
               "memory for -O3).", "",
               "| model | compile cold | compile warm (passes / lower / jit) | first run cold / warm "
-              "| first call cold | warm | ORT first call | in-process -O2 / -O3 | peak RSS MB tlc / ORT |",
+              "| first call cold | warm | ORT first call | in-process -O2 / -O3 | peak RSS MB tlc cold / ORT |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        stats = r["threads"][threads_all[0]]
+        stats = r["threads"][min(r["threads"], key=list(r["threads"]).index)]  # the first thread count run
         cold, warm, ort = (r["first_call"][k] for k in ("tlc cold cache", "tlc warm cache", "ORT all"))
         split = warm.get("split", {})
         parts = " / ".join(_secs(split, k) for k in ("passes_s", "lower_s", "jit_s"))
         lines.append(f"| {r['model']} | {_secs(cold, 'compile_s')} | {_secs(warm, 'compile_s')} ({parts}) | "
                      f"{_secs(cold, 'first_run_s')} / {_secs(warm, 'first_run_s')} | {_secs(cold, 'first_call_s')} | "
                      f"{_secs(warm, 'first_call_s')} | {_secs(ort, 'first_call_s')} | "
-                     f"{_secs(stats['tlc -O2'], 'compile_s')} / {_secs(stats['tlc -O3'], 'compile_s')} | "
+                     f"{_secs(stats['tlc -O2'], 'compile_s')} / {_secs(stats.get('tlc -O3', {}), 'compile_s')} | "
                      f"{cold.get('peak_rss_mb', float('nan')):.0f} / {ort.get('peak_rss_mb', float('nan')):.0f} |")
     lines += ["", "## Node counts", "", "| model | original | tlc -O1 | tlc -O2 | tlc -O3 | ORT all |",
               "|---|---|---|---|---|---|"]
@@ -347,15 +506,16 @@ def chart(results: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     threads = sorted({t for r in results for t in r["threads"]})[-1]
-    labels = ["tlc -O2", "tlc -O3", "ORT none"]
+    rows = [r["threads"][threads] for r in results if threads in r["threads"]]
+    labels = [label for label in ("tlc -O2", "tlc -O3", "ORT none") if any(label in st for st in rows)]
     names = [r["model"] for r in results if threads in r["threads"]]
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = plt.subplots(figsize=(max(9, 0.6 * len(names)), 4))
     width = 0.8 / len(labels)
     for i, label in enumerate(labels):
-        ratios = [r["threads"][threads][label]["ratio_to_ort"] for r in results if threads in r["threads"]]
+        ratios = [st[label]["ratio_to_ort"] if label in st else np.nan for st in rows]
         ax.bar(np.arange(len(names)) + i * width, ratios, width, label=label)
     ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(np.arange(len(names)) + width * (len(labels) - 1) / 2, names, rotation=15)
+    ax.set_xticks(np.arange(len(names)) + width * (len(labels) - 1) / 2, names, rotation=30, ha="right")
     ax.set_ylabel("latency / onnxruntime (ORT_ENABLE_ALL)")
     ax.set_yscale("log")
     ax.set_title(f"tlc vs onnxruntime, {threads} thread(s), medians (lower is better)")
@@ -366,16 +526,31 @@ def chart(results: list[dict], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=ALL_MODELS, choices=ALL_MODELS)
+    parser.add_argument("--suite", choices=[*SUITES, "all"], default=None,
+                        help="classic (default), real, tiny or all; --models picks within it")
+    parser.add_argument("--models", nargs="+", default=None, metavar="MODEL",
+                        choices=[n for names in SUITES.values() for n in names],
+                        help="models to run (default: the whole suite): %(choices)s")
+    parser.add_argument("--batch", nargs="+", type=int, default=[1],
+                        help="batch sizes of the real suite (tiny models run at their own batch)")
     parser.add_argument("--threads", nargs="+", type=int, default=None,
                         help="intra-op thread counts (default: all cores, then 1)")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (x3 timed calls each)")
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK_ROUNDS} rounds")
     parser.add_argument("--budget", type=float, default=20.0, help="seconds a slow contender may take per model")
     parser.add_argument("--out", default="bench-results", help="folder for results.md/.json and ratios.png")
     parser.add_argument("--profile", action="store_true",
                         help="profile tlc -O2 (20 runs) where it is slower than onnxruntime; tables in the report")
     parser.add_argument("--no-o0", action="store_true", help="leave out tlc -O0 (the reference executor)")
     args = parser.parse_args(argv)
+    suites = list(SUITES) if args.suite == "all" else [args.suite or "classic"]
+    names = [n for suite in suites for n in SUITES[suite]]
+    if args.models:
+        outside = [n for n in args.models if n not in names]
+        if outside and args.suite:
+            parser.error(f"not in the {args.suite} suite: {', '.join(outside)}")
+        names = args.models
+    rounds = QUICK_ROUNDS if args.quick else args.rounds
     threads = args.threads or sorted({os.cpu_count() or 1, 1}, reverse=True)
     os.makedirs(args.out, exist_ok=True)
     info = machine_info()
@@ -383,13 +558,14 @@ def main(argv: list[str] | None = None) -> int:
     log(f"copy bandwidth {bandwidth:.1f} GB/s")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models:
-            results.append(bench_model(name, threads, args.rounds, args.budget, bandwidth, tmp,
+        for case in cases(names, args.batch):
+            results.append(bench_model(case, threads, rounds, args.budget, bandwidth, tmp,
                                        profile=args.profile, include_o0=not args.no_o0))
     text = markdown(results, info, bandwidth)
     print(text)
     Path(args.out, "results.md").write_text(text)
     Path(args.out, "results.json").write_text(json.dumps({"machine": info, "copy_bandwidth_gbs": bandwidth,
+                                                          "geomean_ratios": geomean_ratios(results),
                                                           "results": results}, indent=1, default=str))
     chart(results, os.path.join(args.out, "ratios.png"))
     log(f"wrote {args.out}/results.md, results.json, ratios.png")

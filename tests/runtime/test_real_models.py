@@ -1,0 +1,98 @@
+"""The real-model suite and the tiny overhead graphs of tools/models.py, at test size, compiled at -O2 with the
+eager JIT and checked against onnxruntime on random input; and every step of the plan runs natively.
+
+One module-scope fixture per model compiles the plan once for both tests; ``BENCH_ONLY`` models are left to
+tools/bench.py to keep this file's time small. A model that still has reference
+steps is listed in ``KNOWN_REFERENCE`` with the reason ``plan.stats()`` gives: its reference test is an expected
+failure (not strict, so it passes once the kernels land), its numbers stay a hard check.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tlc
+from tlc.io.onnx import from_onnx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_models():
+    """tools/models.py (tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("tlc_tools_models", ROOT / "tools" / "models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+models = _load_models()
+#: left to tools/bench.py (which checks its outputs against onnxruntime too): its one 100-op fused kernel takes
+#: ~4 s of Numba compile cold, and this file must stay within CI's headroom (~25 s cold)
+BENCH_ONLY = {"chain100"}
+ALL = [name for name in models.REAL_MODELS + models.TINY_MODELS if name not in BENCH_ONLY]
+#: model -> what plan.stats() says runs on the reference (kernels another change is adding)
+KNOWN_REFERENCE = {"unet": "ConvTranspose, Resize: no native kernel (plan.stats() reference steps)"}
+#: the batch sizes fed through one plan of a model with a symbolic batch
+DYNAMIC_BATCHES = (1, 3)
+
+
+def _feeds(model, batch: int) -> dict[str, np.ndarray]:
+    """Random float32 inputs; a symbolic dimension (the batch) gets ``batch``."""
+    rng = np.random.default_rng(0)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else batch for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _ort_session(model):
+    ort = pytest.importorskip("onnxruntime")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture(scope="module", params=ALL)
+def compiled(request):
+    """(name, ONNX model, onnxruntime session, tlc -O2 plan), once per model."""
+    name = request.param
+    model = models.build(name, batch=1, small=True)
+    graph, _ = from_onnx(model)
+    plan = tlc.compile(graph, opt_level=2, jit="eager")
+    return name, model, _ort_session(model), plan
+
+
+def _assert_matches(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    assert set(got) == set(want)
+    for name, array in want.items():
+        assert got[name].shape == array.shape, name
+        # float32 sums in another order: the tolerance scales with the outputs' magnitude
+        scale = max(1.0, float(np.abs(array).max()))
+        np.testing.assert_allclose(got[name], array, rtol=1e-4, atol=1e-4 * scale, err_msg=name)
+
+
+def test_matches_onnxruntime(compiled):
+    name, model, session, plan = compiled
+    batches = DYNAMIC_BATCHES if name in models.DYNAMIC_MODELS else (1,)
+    for batch in batches:  # one plan for every batch size: a specialization each
+        feeds = _feeds(model, batch)
+        want = dict(zip([o.name for o in model.graph.output], session.run(None, feeds)))
+        _assert_matches(plan.run(feeds), want)
+    assert len(plan.stats().specializations) == len(batches)
+
+
+def test_no_reference_steps(compiled, request):
+    name, model, _, plan = compiled
+    if name in KNOWN_REFERENCE:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_REFERENCE[name], strict=False))
+    plan.run(_feeds(model, 1))  # the modes are the latest specialization's
+    reference = [f"{s.op}: {s.reason}" for s in plan.stats().reference_steps()]
+    assert not reference, f"{name} runs steps on the reference: {reference}"
