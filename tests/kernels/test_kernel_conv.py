@@ -44,7 +44,7 @@ def test_every_algorithm_matches_the_reference(dtype):
                                out, np.empty(col_size, dtype), parts, nprep)
                     np.testing.assert_allclose(out, expected, rtol=1e-4 if dtype == np.float32 else 1e-10,
                                                atol=1e-4 if dtype == np.float32 else 1e-10,
-                                               err_msg=f"{K.ALGO_NAMES[algo]} {nparts} parts {(n, c, h, m, k, s, p, g, d)}")
+                                               err_msg=f"{K.ALGO_NAMES[algo]}/{nparts} {(n, c, h, m, k, s, p, g, d)}")
 
 
 def test_parts_return_contiguous_ranges_that_tile_the_output():

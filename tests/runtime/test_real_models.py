@@ -34,8 +34,6 @@ models = _load_models()
 #: ~4 s of Numba compile cold, and this file must stay within CI's headroom (~25 s cold)
 BENCH_ONLY = {"chain100"}
 ALL = [name for name in models.REAL_MODELS + models.TINY_MODELS if name not in BENCH_ONLY]
-#: model -> what plan.stats() says runs on the reference (kernels another change is adding)
-KNOWN_REFERENCE = {"unet": "ConvTranspose, Resize: no native kernel (plan.stats() reference steps)"}
 #: the batch sizes fed through one plan of a model with a symbolic batch
 DYNAMIC_BATCHES = (1, 3)
 
@@ -89,10 +87,8 @@ def test_matches_onnxruntime(compiled):
     assert len(plan.stats().specializations) == len(batches)
 
 
-def test_no_reference_steps(compiled, request):
+def test_no_reference_steps(compiled):
     name, model, _, plan = compiled
-    if name in KNOWN_REFERENCE:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_REFERENCE[name], strict=False))
     plan.run(_feeds(model, 1))  # the modes are the latest specialization's
     reference = [f"{s.op}: {s.reason}" for s in plan.stats().reference_steps()]
     assert not reference, f"{name} runs steps on the reference: {reference}"
