@@ -38,7 +38,7 @@ def test_every_algorithm_matches_the_reference(dtype):
             algos = [K.GEMM, K.DIRECT] + ([K.DEPTHWISE] if K.is_depthwise(geo) else [])
             for algo in algos:
                 for nparts in ((1, 2, 3) if dtype == np.float32 else (1,)):   # float64: one compile less
-                    col_size, parts, nprep = K.plan_conv(geo, nparts, algo)
+                    col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0)
                     out = np.full(expected.shape, np.nan, dtype)
                     K.conv_run(x, K.pack_weights(w, geo), b if bias is not None else np.zeros(0, dtype), geo,
                                out, np.empty(col_size, dtype), parts, nprep)
@@ -56,7 +56,7 @@ def test_parts_return_contiguous_ranges_that_tile_the_output():
     geo = K.conv_geometry(x.shape, w.shape, y, (1, 1), (1, 1), (1, 1), 1)
     for algo in (K.GEMM, K.DIRECT):
         for nparts in (1, 2, 3, 4):
-            col_size, parts, nprep = K.plan_conv(geo, nparts, algo)
+            col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0)
             col = np.empty(col_size, np.float32)
             packed = K.pack_weights(w, geo)
             for p in range(nprep):

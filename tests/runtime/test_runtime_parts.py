@@ -10,6 +10,7 @@ from runtime_graphs import run_in_threads
 
 import tlc
 from tlc.io.onnx import from_onnx
+from tlc.kernels import conv as kconv
 from tlc.kernels import gemm
 
 ort = pytest.importorskip("onnxruntime")
@@ -19,6 +20,7 @@ ort = pytest.importorskip("onnxruntime")
 def small_parts(monkeypatch):
     """Cut even the small products of these tests (the real threshold is ~1M multiply-adds)."""
     monkeypatch.setattr(gemm, "PARALLEL_MIN_MACS", 1)
+    monkeypatch.setattr(kconv, "PARALLEL_MIN_S", 0.0)
 
 
 @pytest.fixture

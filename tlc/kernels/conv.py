@@ -46,9 +46,12 @@ BLOCK = 4                     # output channels per direct-kernel block
 #: 21 us against 44; 64->64 at 56x56: 2.8 ms against 15), so DIRECT is chosen only where grouping turns BLAS
 #: into many tiny calls.
 DIRECT_MACS_PER_S = 5e9
+DEPTHWISE_MACS_PER_S = 2e9
 BLAS_MACS_PER_S = 50e9
 BLAS_CALL_S = 3e-6
 IM2COL_ELEMS_PER_S = 1e9
+#: work worth a parallel region (one costs ~5-10 us on this VM; a BLAS product's threshold is the same ~20 us)
+PARALLEL_MIN_S = 20e-6
 
 
 def conv_geometry(x_shape, w_shape, out_shape, strides, pads_begin, dilations, group: int) -> np.ndarray:
@@ -74,27 +77,37 @@ def macs(geo: np.ndarray) -> int:
     return int(geo[N] * geo[M] * geo[HO] * geo[WO] * (geo[C] // geo[GROUP]) * geo[KH] * geo[KW])
 
 
+def seconds(geo: np.ndarray, algo: int) -> float:
+    """The cost model's time for the whole convolution with ``algo`` on one core."""
+    work = macs(geo)
+    if algo == DEPTHWISE:
+        return work / DEPTHWISE_MACS_PER_S
+    if algo == DIRECT:
+        return work / DIRECT_MACS_PER_S
+    k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
+    gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * geo[HO] * geo[WO]
+    return work / BLAS_MACS_PER_S + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
+
+
 def choose(geo: np.ndarray) -> int:
     """The algorithm for this shape: depthwise when it is one, else the cheaper of direct and im2col + BLAS by
-    the cost model above (seconds on one core)."""
+    the cost model."""
     if is_depthwise(geo):
         return DEPTHWISE
-    work = macs(geo)
-    k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
-    hw = geo[HO] * geo[WO]
-    calls = geo[N] * geo[GROUP]
-    gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * hw
-    blas = work / BLAS_MACS_PER_S + calls * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
-    direct = work / DIRECT_MACS_PER_S
-    return DIRECT if direct < blas else GEMM
+    return DIRECT if seconds(geo, DIRECT) < seconds(geo, GEMM) else GEMM
 
 
-def plan_conv(geo: np.ndarray, nparts: int, algo: int | None = None) -> tuple[int, int, int]:
-    """Set ``geo``'s algorithm and mode for ``nparts`` parts; returns (col elements, nparts, nprep)."""
+def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
+              min_seconds: float | None = None) -> tuple[int, int, int]:
+    """Set ``geo``'s algorithm (``choose``'s unless given) and mode, and cut the work into one part per thread
+    when it takes at least ``min_seconds`` on one core; returns (col elements, nparts, nprep)."""
     geo[ALGO] = choose(geo) if algo is None else algo
+    least = PARALLEL_MIN_S if min_seconds is None else min_seconds
+    nparts = threads if threads > 1 and seconds(geo, int(geo[ALGO])) >= least else 1
     if geo[ALGO] != GEMM:
-        planes = int(geo[N] * geo[M])
-        return 1, max(1, min(nparts, planes)), 0
+        parts = max(1, min(nparts, int(geo[N] * geo[M])))
+        scratch = parts * _flat_plane_size(geo) if geo[ALGO] == DEPTHWISE and _flat(geo) else 1
+        return scratch, parts, 0
     k_all = int(geo[C] * geo[KH] * geo[KW])
     hw = int(geo[HO] * geo[WO])
     gather = not is_pointwise(geo)
@@ -104,6 +117,24 @@ def plan_conv(geo: np.ndarray, nparts: int, algo: int | None = None) -> tuple[in
     geo[MODE] = ROWS
     rows = int(geo[N] * k_all)
     return (rows * hw if gather else 1), nparts, (min(nparts, rows) if gather else 0)
+
+
+def _flat(geo) -> bool:
+    """Whether the depthwise kernel runs on a flat padded plane (stride 1): one long vector loop per tap."""
+    return bool(geo[SH] == 1 and geo[SW] == 1)
+
+
+def _flat_plane_size(geo) -> int:
+    wp, hp = _flat_dims(geo[H], geo[W], geo[KH], geo[KW], geo[HO], geo[WO], geo[DH], geo[DW], geo[PT], geo[PL])
+    return hp * wp + wp + geo[HO] * wp
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _flat_dims(h, width, kh, kw, ho, wo, dh, dw, pt, pl):
+    """Row length and row count of the padded plane a stride-1 window kernel reads flat."""
+    wp = max(pl + width, wo + (kw - 1) * dw)
+    hp = max(pt + h, ho + (kh - 1) * dh)
+    return wp, hp
 
 
 def pack_weights(w: np.ndarray, geo: np.ndarray) -> np.ndarray:
@@ -292,7 +323,7 @@ def _direct_rows(x, wp, bias, geo, acc, n, m0, m1):
 
 
 @njit(cache=True, nogil=True)
-def _depthwise_planes(x, w, bias, geo, acc, q0, q1):
+def _depthwise_planes(x, w, bias, geo, acc, col, q0, q1):
     """Planes [q0, q1) of the flattened (image, channel) output of a depthwise conv; kh*kw multiply-adds per
     output row, the row kept in L1."""
     c_all, h, width = geo[C], geo[H], geo[W]
@@ -300,6 +331,9 @@ def _depthwise_planes(x, w, bias, geo, acc, q0, q1):
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
     has_bias = bias.shape[0] > 0
     taps = kh * kw
+    if sh == 1 and sw == 1:
+        _depthwise_flat(x, w, bias, geo, acc, col, q0, q1)
+        return
     for q in range(q0, q1):
         n = q // c_all
         c = q - n * c_all
@@ -327,6 +361,47 @@ def _depthwise_planes(x, w, bias, geo, acc, q0, q1):
                             r[np.uint64(j)] += wv * xrow[np.uint64(j * sw + off)]
 
 
+@njit(cache=True, nogil=True)
+def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
+    """Stride-1 depthwise planes on a flat padded copy: output row ``oh`` is computed ``wp`` wide (the columns
+    past ``wo`` are discarded), so each tap is one multiply-add loop over the whole plane, long enough for
+    AVX-512's 64-element vector loops (a 14-wide row never reaches them)."""
+    c_all, h, width = geo[C], geo[H], geo[W]
+    kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
+    dh, dw, pt, pl = geo[DH], geo[DW], geo[PT], geo[PL]
+    wp, hp = _flat_dims(h, width, kh, kw, ho, wo, dh, dw, pt, pl)
+    plane = hp * wp + wp
+    xp = scratch[:plane]
+    op = scratch[plane:plane + ho * wp]
+    has_bias = bias.shape[0] > 0
+    for j in range(plane):
+        xp[j] = 0.0
+    for q in range(q0, q1):
+        n = q // c_all
+        c = q - n * c_all
+        xc = x[n, c]
+        for ih in range(h):
+            row = (ih + pt) * wp + pl
+            src = xc[ih]
+            for j in range(width):
+                xp[np.uint64(row + j)] = src[j]
+        b = bias[c] if has_bias else 0.0
+        for j in range(ho * wp):
+            op[j] = b
+        for ki in range(kh):
+            for kj in range(kw):
+                wv = w[c * kh * kw + ki * kw + kj]
+                base = ki * dh * wp + kj * dw
+                for j in range(ho * wp):
+                    op[np.uint64(j)] += wv * xp[np.uint64(j + base)]
+        o = acc[n, c]
+        for oh in range(ho):
+            dst = o[oh]
+            row = oh * wp
+            for j in range(wo):
+                dst[j] = op[np.uint64(row + j)]
+
+
 # ---------------------------------------------------------------------------- parts
 @njit(cache=True, nogil=True)
 def conv_prepare(x, w, bias, geo, col, p, nprep):
@@ -346,7 +421,7 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
     if algo == DEPTHWISE:
         planes = n_all * m_all
         q0, q1 = planes * p // nparts, planes * (p + 1) // nparts
-        _depthwise_planes(x, w, bias, geo, acc, q0, q1)
+        _depthwise_planes(x, w, bias, geo, acc, col[p * (col.shape[0] // nparts):], q0, q1)
         return q0 * hw, q1 * hw
     if algo == DIRECT:   # parts of whole channel blocks
         blocks_per_image = (m_all + BLOCK - 1) // BLOCK

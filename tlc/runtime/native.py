@@ -490,11 +490,10 @@ class ConvSetup:
         window, begin, _ = spatial_window(attrs, w[2:], x[2:])
         self.geo = kconv.conv_geometry(x, w, y, window.strides, begin, window.dilations,
                                        int(attrs.get("group", 1)))
-        nparts = gemm.parts_for(kconv.macs(self.geo), ctx.threads)
         algo = kconv.choose(self.geo)
         if weights is None and algo == kconv.DIRECT:   # weights fed at run time: the algorithms that read them as
             algo = kconv.GEMM                            # they come, no packing
-        self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, nparts, algo)
+        self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo)
         self.weights: Any = F(ctx.inputs[1]) if weights is None else \
             kconv.pack_weights(np.asarray(weights, self.dtype), self.geo)
         self.w_size = int(np.prod(w))
