@@ -72,10 +72,11 @@ def test_parts_return_contiguous_ranges_that_tile_the_output():
             assert (covered == 1).all(), (K.ALGO_NAMES[algo], nparts)
 
 
-def test_the_cost_model_keeps_blas_for_ungrouped_and_the_depthwise_kernel_for_depthwise():
+def test_the_cost_model_picks_blas_for_large_direct_for_small_and_depthwise_for_depthwise():
     dense = K.conv_geometry((1, 64, 56, 56), (64, 64, 3, 3), (1, 64, 56, 56), (1, 1), (1, 1), (1, 1), 1)
     depthwise = K.conv_geometry((1, 32, 56, 56), (32, 1, 3, 3), (1, 32, 56, 56), (1, 1), (1, 1), (1, 1), 32)
-    assert K.choose(dense) == K.GEMM and K.choose(depthwise) == K.DEPTHWISE
+    small = K.conv_geometry((1, 8, 16, 16), (8, 8, 3, 3), (1, 8, 16, 16), (1, 1), (1, 1), (1, 1), 1)
+    assert K.choose(dense) == K.GEMM and K.choose(depthwise) == K.DEPTHWISE and K.choose(small) == K.DIRECT
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

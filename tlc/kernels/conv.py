@@ -5,9 +5,10 @@ compiled function serves every shape), and the algorithm is a field of it, chose
 
 - ``GEMM``: im2col (a Numba gather, parallel) and one single-threaded BLAS call per part; a 1x1 convolution
   with stride 1 and no padding reads the input directly. The BLAS kernels win on large convolutions.
-- ``DIRECT``: output rows accumulated in cache from prepacked weights, four output channels per input load
-  (weights packed once at compile time as [M/4, C/group, kh, kw, 4]). For grouped convolutions, where im2col +
-  BLAS would be many tiny calls (see the rates below: it loses to BLAS on every ungrouped shape measured).
+- ``DIRECT``: four output planes accumulated together from prepacked weights (packed once at compile time as
+  [M/4, C/group, kh, kw, 4]), one input load per four multiply-adds; with stride 1 on a flat padded copy of the
+  image, so every tap is one long vector loop. For small convolutions, where im2col and a BLAS call cost more
+  than the arithmetic, and grouped ones.
 - ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-adds per output row.
 
 Parts follow the contract of ``cpu.Contraction``: ``conv_part(x, w, bias, geo, acc, col, p, nparts)`` computes
@@ -40,16 +41,17 @@ IMAGES, ROWS = 0, 1           # GEMM modes: each part whole images / the parts s
 MAX, AVG = 0, 1               # pooling kinds
 BLOCK = 4                     # output channels per direct-kernel block
 
-#: the cost model's rates on one core (2-core Zen 4, thread CPU time, /tmp-style sweeps recorded in
-#: docs/architecture.md): the direct kernel reaches 3-8 GMAC/s, BLAS 50-90 after a fixed cost per call, the
-#: im2col gather ~1 G elements/s. On every ungrouped shape measured im2col + BLAS won (8->8 channels at 16x16:
-#: 21 us against 44; 64->64 at 56x56: 2.8 ms against 15), so DIRECT is chosen only where grouping turns BLAS
-#: into many tiny calls.
-DIRECT_MACS_PER_S = 5e9
+#: the cost model's rates on one core (2-core Zen 4 VM, thread CPU time; the sweep is recorded in
+#: docs/architecture.md). Direct: ~15 GMAC/s with stride 1 (flat planes), ~6 with stride 2 (row loops); BLAS
+#: ~90 GMAC/s on large products after ~10 us per call with its im2col set-up, the gather ~3 G elements/s.
+#: Measured: 8 -> 8 channels at 16x16 direct 8 us against im2col + BLAS 19 us; 64 -> 64 at 56x56 8.0 ms
+#: against 2.6 ms.
+DIRECT_MACS_PER_S = 15e9
+DIRECT_STRIDED_MACS_PER_S = 6e9
 DEPTHWISE_MACS_PER_S = 2e9
-BLAS_MACS_PER_S = 50e9
-BLAS_CALL_S = 3e-6
-IM2COL_ELEMS_PER_S = 1e9
+BLAS_MACS_PER_S = 90e9
+BLAS_CALL_S = 10e-6
+IM2COL_ELEMS_PER_S = 3e9
 #: work worth a parallel region (one costs ~5-10 us on this VM; a BLAS product's threshold is the same ~20 us)
 PARALLEL_MIN_S = 20e-6
 
@@ -83,7 +85,8 @@ def seconds(geo: np.ndarray, algo: int) -> float:
     if algo == DEPTHWISE:
         return work / DEPTHWISE_MACS_PER_S
     if algo == DIRECT:
-        return work / DIRECT_MACS_PER_S
+        flat = _flat(geo) and (geo[M] // geo[GROUP]) % BLOCK == 0
+        return work / (DIRECT_MACS_PER_S if flat else DIRECT_STRIDED_MACS_PER_S)
     k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
     gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * geo[HO] * geo[WO]
     return work / BLAS_MACS_PER_S + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
@@ -106,7 +109,9 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
     nparts = threads if threads > 1 and seconds(geo, int(geo[ALGO])) >= least else 1
     if geo[ALGO] != GEMM:
         parts = max(1, min(nparts, int(geo[N] * geo[M])))
-        scratch = parts * _flat_plane_size(geo) if geo[ALGO] == DEPTHWISE and _flat(geo) else 1
+        scratch = 1
+        if _flat(geo):
+            scratch = parts * (_flat_plane_size(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo))
         return scratch, parts, 0
     k_all = int(geo[C] * geo[KH] * geo[KW])
     hw = int(geo[HO] * geo[WO])
@@ -122,6 +127,12 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
 def _flat(geo) -> bool:
     """Whether the depthwise kernel runs on a flat padded plane (stride 1): one long vector loop per tap."""
     return bool(geo[SH] == 1 and geo[SW] == 1)
+
+
+def _direct_scratch(geo) -> int:
+    """The flat direct kernel's scratch per part: the image padded flat, and BLOCK output planes ``wp`` wide."""
+    wp, hp = _flat_dims(geo[H], geo[W], geo[KH], geo[KW], geo[HO], geo[WO], geo[DH], geo[DW], geo[PT], geo[PL])
+    return geo[C] * (hp * wp + wp) + BLOCK * geo[HO] * wp
 
 
 def _flat_plane_size(geo) -> int:
@@ -323,6 +334,61 @@ def _direct_rows(x, wp, bias, geo, acc, n, m0, m1):
 
 
 @njit(cache=True, nogil=True)
+def _direct_flat(x, wp_, bias, geo, acc, scratch, n, m0, m1):
+    """Stride-1 output channels [m0, m1) of image ``n`` (``m0`` a multiple of BLOCK) on a flat padded copy of the
+    image: four output planes ``wp`` wide accumulate together, one vector loop over the whole plane per input
+    channel and tap (see ``_depthwise_flat``)."""
+    c_all, h, width, m_all, group = geo[C], geo[H], geo[W], geo[M], geo[GROUP]
+    kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
+    dh, dw, pt, pl = geo[DH], geo[DW], geo[PT], geo[PL]
+    cg, mg = c_all // group, m_all // group
+    wp, hp = _flat_dims(h, width, kh, kw, ho, wo, dh, dw, pt, pl)
+    plane = hp * wp + wp
+    size = ho * wp
+    xp = scratch[:c_all * plane]
+    op = scratch[c_all * plane:c_all * plane + BLOCK * size]
+    for j in range(c_all * plane):
+        xp[j] = 0.0
+    for c in range(c_all):
+        xc = x[n, c]
+        for ih in range(h):
+            row = c * plane + (ih + pt) * wp + pl
+            src = xc[ih]
+            for j in range(width):
+                xp[np.uint64(row + j)] = src[j]
+    has_bias = bias.shape[0] > 0
+    for mb in range(m0 // BLOCK, (m1 + BLOCK - 1) // BLOCK):
+        first = mb * BLOCK
+        count = min(BLOCK, m1 - first)
+        g = first // mg
+        for t in range(BLOCK):
+            b = bias[first + t] if has_bias and t < count else 0.0
+            for j in range(size):
+                op[t * size + j] = b
+        o0, o1, o2, o3 = op[:size], op[size:2 * size], op[2 * size:3 * size], op[3 * size:]
+        for c in range(cg):
+            xc = xp[(g * cg + c) * plane:(g * cg + c + 1) * plane]
+            for ki in range(kh):
+                for kj in range(kw):
+                    k = (((mb * cg + c) * kh + ki) * kw + kj) * BLOCK
+                    w0, w1, w2, w3 = wp_[k], wp_[k + 1], wp_[k + 2], wp_[k + 3]
+                    base = ki * dh * wp + kj * dw
+                    for j in range(size):
+                        xv = xc[np.uint64(j + base)]
+                        o0[np.uint64(j)] += w0 * xv
+                        o1[np.uint64(j)] += w1 * xv
+                        o2[np.uint64(j)] += w2 * xv
+                        o3[np.uint64(j)] += w3 * xv
+        for t in range(count):   # a block across a group boundary never happens: see conv_part
+            o = acc[n, first + t]
+            for oh in range(ho):
+                dst = o[oh]
+                row = t * size + oh * wp
+                for j in range(wo):
+                    dst[j] = op[np.uint64(row + j)]
+
+
+@njit(cache=True, nogil=True)
 def _depthwise_planes(x, w, bias, geo, acc, col, q0, q1):
     """Planes [q0, q1) of the flattened (image, channel) output of a depthwise conv; kh*kw multiply-adds per
     output row, the row kept in L1."""
@@ -424,6 +490,8 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
         _depthwise_planes(x, w, bias, geo, acc, col[p * (col.shape[0] // nparts):], q0, q1)
         return q0 * hw, q1 * hw
     if algo == DIRECT:   # parts of whole channel blocks
+        flat = geo[SH] == 1 and geo[SW] == 1 and (geo[M] // geo[GROUP]) % BLOCK == 0
+        own = col[p * (col.shape[0] // nparts):]
         blocks_per_image = (m_all + BLOCK - 1) // BLOCK
         blocks = n_all * blocks_per_image
         b0, b1 = blocks * p // nparts, blocks * (p + 1) // nparts
@@ -433,8 +501,12 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
         while b < b1:
             n = b // blocks_per_image
             stop = min(b1, (n + 1) * blocks_per_image)
-            _direct_rows(x, w, bias, geo, acc, n, (b - n * blocks_per_image) * BLOCK,
-                         min(m_all, (stop - n * blocks_per_image) * BLOCK))
+            lo_m = (b - n * blocks_per_image) * BLOCK
+            hi_m = min(m_all, (stop - n * blocks_per_image) * BLOCK)
+            if flat:
+                _direct_flat(x, w, bias, geo, acc, own, n, lo_m, hi_m)
+            else:
+                _direct_rows(x, w, bias, geo, acc, n, lo_m, hi_m)
             b = stop
         return lo * hw, hi * hw
     k_all = geo[C] * geo[KH] * geo[KW]
