@@ -112,3 +112,50 @@ def test_epilogue_needs_a_leading_contraction(kcache):
         split_epilogue(g)
     with pytest.raises(CompileError, match="epilogue"):
         compile_group(g, "epilogue", [n.output_types[0] for n in g.inputs], cache=kcache)
+
+
+def _product_plus(a, b, c=None):
+    """a @ b plus a bias per row of the result (along axis 0)."""
+    return a @ b if c is None else a @ b + c.reshape(-1, 1)
+
+
+def _product_infer(ctx):
+    return [TensorType(ctx.type(0).dtype, (ctx.shape(0)[0], ctx.shape(1)[1]))]
+
+
+def test_a_newly_registered_bias_moves_with_no_other_table(monkeypatch):
+    """A contraction declaring ``OpDef.bias`` (per output column: axis 1 of [M, N]) has it moved into the
+    elementwise part, reshaped to broadcast along that axis, by the registry entry alone."""
+    from tlc.ops import OpDef, Trait, registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # restored after the test
+    registry.register(OpDef(name="ProductPlus", domain="test.bias", infer=_product_infer, reference=_product_plus,
+                            inputs=(2, 3), traits=frozenset({Trait.PURE, Trait.CONTRACTION}), bias=(2, 0)))
+    g = Graph("bias")
+    x, w = g.input("x", "float32", (5, 8)), g.input("w", "float32", (8, 3))
+    bias = g.input("bias", "float32", (5,))   # along axis 0 of the [5, 3] result: [5] becomes [5, 1]
+    g.output(g.add_node("Relu", [g.add_node("ProductPlus", [x, w, bias], domain="test.bias")]), "y")
+    head, rest = split_epilogue(g)
+    assert [n.qualified_op for n in head.ops()] == ["test.bias.ProductPlus"]
+    assert len(head.inputs_of(head.ops()[0])) == 2
+    assert [n.op for n in rest.ops()] == ["Add", "Relu"]
+    assert rest.inputs[1].name == "bias" and rest.inputs[1].output_types[0].shape == (5, 1)
+    rng = np.random.default_rng(3)
+    feeds = [random_array(rng, s, "float32") for s in ((5, 8), (8, 3), (5,))]
+    (product,) = run_graph(head, feeds[:2])
+    (split,) = run_graph(rest, [product, feeds[2].reshape(5, 1)])
+    (whole,) = run_graph(g, feeds)
+    np.testing.assert_allclose(split, whole, rtol=1e-6)
+
+
+def test_register_refuses_a_bias_outside_a_contraction(monkeypatch):
+    from tlc.ops import OpDef, Trait, registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    with pytest.raises(ValueError, match="a bias needs a contraction"):
+        registry.register(OpDef(name="NotAProduct", domain="test.bias", infer=_product_infer,
+                                reference=_product_plus, inputs=(2, 3), bias=(2, None)))
+    with pytest.raises(ValueError, match="a bias needs a contraction"):   # port 2 must be an optional input
+        registry.register(OpDef(name="NoSuchPort", domain="test.bias", infer=_product_infer,
+                                reference=_product_plus, inputs=(2, 2), traits=frozenset({Trait.CONTRACTION}),
+                                bias=(2, None)))

@@ -8,8 +8,10 @@ import pytest
 from kernel_helpers import check_against_reference, compile_for, random_array, stand_in_ops, vectorized
 
 from tlc.errors import CompileError
-from tlc.ir import Graph
+from tlc.ir import Graph, TensorType
 from tlc.kernels.schedule import schedule_rows
+from tlc.ops import expr as E
+from tlc.ops.rowform import row_input
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -172,11 +174,56 @@ def _matmul() -> Graph:
 
 
 def test_every_row_reducible_op_has_a_row_form():
-    """The fuse pass groups ops by Trait.ROW_REDUCIBLE; each must have a recipe here, or its groups would fall
-    back to the reference path."""
-    from tlc.kernels.rowops import _RECIPES
+    """The fuse pass groups ops by Trait.ROW_REDUCIBLE; each must have a row form, or its groups would fall back
+    to the reference path (``register`` refuses one without the other)."""
     from tlc.ops import Trait, all_ops
 
     declared = {(op.domain, op.name) for op in all_ops() if op.has(Trait.ROW_REDUCIBLE)}
-    assert declared and declared <= set(_RECIPES)
+    assert declared and declared == {(op.domain, op.name) for op in all_ops() if op.row_form is not None}
     assert all(op.has(Trait.REDUCTION) for op in all_ops() if op.has(Trait.ROW_REDUCIBLE))
+
+
+def _row_peak_twice(b, node, attrs):
+    """2 * max over the row, written through the builder alone (as a row form in tlc.ops must be)."""
+    x, dtype, _ = row_input(b, node, float_only=True)
+    peak = b.add_reduce(x, "max")
+    return [b.add_op(E.arg(0) + E.arg(0), [peak], dtype)]
+
+
+def _row_peak_infer(ctx):
+    t = ctx.type(0)
+    return [TensorType(t.dtype, t.shape[:-1] + (1,))]
+
+
+def test_a_newly_registered_row_form_is_compiled_with_no_other_table(kcache, monkeypatch):
+    from tlc.ops import OpDef, Trait, registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # restored after the test
+    registry.register(OpDef(
+        name="RowPeakTwice", domain="test.rowform", infer=_row_peak_infer,
+        reference=lambda x: 2 * np.max(x, axis=-1, keepdims=True),
+        traits=frozenset({Trait.PURE, Trait.REDUCTION, Trait.ROW_REDUCIBLE}), row_form=_row_peak_twice))
+    g = Graph("peak")
+    x = g.input("x", "float32", ("N", 33))
+    g.output(g.add_node("Exp", [g.add_node("RowPeakTwice", [x], domain="test.rowform")]), "y")
+    kernel = compile_for(g, "reduction", kcache)
+    check_against_reference(kernel, g, [random_array(np.random.default_rng(5), (6, 33), "float32")])
+
+    hardmax = Graph("hardmax")  # an op without a row form: the refusal lists the registry's, the new one too
+    h = hardmax.input("x", "float32", (4, 8))
+    hardmax.output(hardmax.add_node("Hardmax", [h]), "y")
+    with pytest.raises(CompileError, match=r"no row form .*Softmax.*test\.rowform\.RowPeakTwice"):
+        compile_for(hardmax, "reduction", kcache)
+
+
+def test_register_refuses_a_row_trait_without_a_row_form(monkeypatch):
+    from tlc.ops import OpDef, Trait, registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    traits = frozenset({Trait.PURE, Trait.REDUCTION, Trait.ROW_REDUCIBLE})
+    with pytest.raises(ValueError, match="ROW_REDUCIBLE and a row_form"):
+        registry.register(OpDef(name="NoForm", domain="test.rowform", infer=_row_peak_infer, reference=np.max,
+                                traits=traits))
+    with pytest.raises(ValueError, match="ROW_REDUCIBLE and a row_form"):
+        registry.register(OpDef(name="NoTrait", domain="test.rowform", infer=_row_peak_infer, reference=np.max,
+                                row_form=_row_peak_twice))

@@ -63,6 +63,28 @@ def test_conv_bias_relu_moves_the_bias_into_the_kernel(rng, residual):
     assert [n.op for n in split[1].ops()][:1] == ["Add"]
 
 
+@pytest.mark.parametrize("group", [1, 6])
+def test_channels_last_conv_bias_moves_into_the_kernel(rng, monkeypatch, group):
+    """-O3 with the layout pass made to pick NHWC: tlc.ConvNhwc's bias (OpDef.bias: the last axis) moves too."""
+    from tlc.passes import layout
+
+    monkeypatch.setattr(layout.Region, "wins", lambda self, costs: True)
+    w = rng.standard_normal((6, 6 // group, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32) * 3
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], group=group),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    inputs = {"x": (2, 6, 7, 5), "r": (2, 6, 7, 5)}
+    onnx_model = model(nodes, inputs, (2, 6, 7, 5), {"w": w, "b": b})
+    feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in inputs.items()}
+    (want,) = ort.InferenceSession(onnx_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    plan = tlc.compile(from_onnx(onnx_model)[0], opt_level=3, jit="eager")
+    for _ in range(2):
+        np.testing.assert_allclose(plan.run(feeds)["y"], want, rtol=1e-4, atol=1e-4)
+    (split,) = epilogue_steps(plan)
+    assert split[0].ops()[0].qualified_op == "tlc.ConvNhwc" and contraction_arity(split) == 2
+    assert [n.op for n in split[1].ops()][:1] == ["Add"] and split[1].inputs[1].output_types[0].shape == (6,)
+
+
 @pytest.mark.parametrize("c_shape", [(5,), (3, 1), (3, 5), ()], ids=str)
 def test_gemm_c_with_beta_moves_into_the_kernel(rng, c_shape):
     a = rng.standard_normal((4, 3)).astype(np.float32)

@@ -9,8 +9,8 @@ elementwise part follows each part on the same thread, over the range that part 
 The contraction's additive bias (Conv's B, Gemm's C) moves into the elementwise body, where it costs nothing
 (the kernel passes over the result anyway) instead of a pass of its own after BLAS. A moved bias input keeps
 its name; where the elementwise body declares it with more dims (Conv's [M] as [M, 1, 1]), the caller appends
-trailing 1-dims to the array it passes (a view). NOTE: which input is the bias and how it broadcasts is op
-knowledge the registry does not declare yet, so ``_BIAS`` keys it by op; it moves to ``OpDef`` when one does.
+trailing 1-dims to the array it passes (a view). Which input is the bias and along which output axis it runs
+is the op's ``OpDef.bias``.
 """
 
 from __future__ import annotations
@@ -44,13 +44,9 @@ def _contraction(body: Graph) -> Node:
     return head
 
 
-#: contraction op -> (port of its additive bias, output axis the bias runs along; None: it broadcasts as is)
-_BIAS: dict[tuple[str, str], tuple[int, int | None]] = {("", "Conv"): (2, 1), ("", "Gemm"): (2, None)}
-
-
 def _movable_bias(body: Graph, head: Node) -> Value | None:
     """The contraction's bias when it can move into the elementwise part (used by the contraction alone)."""
-    spec = _BIAS.get((head.domain, head.op))
+    spec = opdef_of(head).bias
     inputs = body.inputs_of(head)
     if spec is None or len(inputs) <= spec[0] or inputs[spec[0]] is None:
         return None
@@ -95,7 +91,7 @@ def split_epilogue(body: Graph) -> tuple[Graph, Graph]:
         _copy_input(body, body.inputs[i], contraction, mapping)
     head_args = body.inputs_of(head)
     if bias is not None:
-        head_args = head_args[: _BIAS[(head.domain, head.op)][0]]
+        head_args = head_args[: opdef_of(head).bias[0]]
     for v in head_args:
         if v is not None and v not in mapping:  # a constant operand (e.g. a folded weight)
             _copy_node(body, body.node(v.node), contraction, mapping)
@@ -133,9 +129,9 @@ def _type_parts(t: TensorType | None) -> tuple[str, tuple | None]:
 
 def _bias_shape(body: Graph, head: Node) -> tuple | None:
     """The shape the moved bias has in the elementwise body (None: its own)."""
-    axis = _BIAS[(head.domain, head.op)][1]
+    port, axis = opdef_of(head).bias
     out = body.type_of(head.output(0))
-    bias = body.type_of(body.inputs_of(head)[_BIAS[(head.domain, head.op)][0]])
+    bias = body.type_of(body.inputs_of(head)[port])
     if axis is None or out is None or out.shape is None:
         return None
     return tuple(bias.shape) + (1,) * (len(out.shape) - axis - 1)

@@ -2,13 +2,14 @@
 
 A plan is a straight-line scalar program over named variables: loads of the kernel's array operands, scalar
 ops whose expressions come from the op registry (``OpDef.expr``), row reductions (for ``"reduction"``
-groups, expanded by ``tlc.kernels.rowops``) and stores into the outputs. Renderers (CPU, CUDA) turn it into
+groups, from each op's ``OpDef.row_form``) and stores into the outputs. Renderers (CPU, CUDA) turn it into
 loops. Variable names are generated here (``a0``, ``t3``); nothing named in the model reaches a plan.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import numpy as np
 
@@ -87,7 +88,8 @@ def row_length_var(dtype: str) -> str:
 
 
 class PlanBuilder:
-    """Walks the body in topological order; rowops recipes call ``new_var``/``add_op``/``add_reduce``."""
+    """Walks the body in topological order; row forms (``OpDef.row_form``) write through it: it is the
+    ``tlc.ops.rowform.RowBuilder`` they are handed."""
 
     def __init__(self, body: Graph, kind: str):
         self.body = body
@@ -124,7 +126,7 @@ class PlanBuilder:
         self.plan.dtypes[row_length_var(dtype)] = dtype
         return row_length_var(dtype)
 
-    def fail(self, node: Node | None, message: str) -> None:
+    def fail(self, node: Node | None, message: str) -> NoReturn:
         where = f"{node.qualified_op} node #{node.id}: " if node is not None else ""
         raise CompileError(f"cannot compile {self.kind} group: {where}{message}")
 

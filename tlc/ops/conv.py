@@ -122,7 +122,7 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, *, auto_pad:
 
 register(OpDef(name="Conv", infer=_conv_infer, reference=conv, inputs=(2, 3),
                attrs={**window_attrs(kernel_required=False), "group": Attr("int", 1)}, traits=CONV_TRAITS,
-               cost=2, doc="N-D convolution (NCHW), grouped and dilated, with optional bias."))
+               cost=2, bias=(2, 1), doc="N-D convolution (NCHW), grouped and dilated, with optional bias."))
 
 
 # ---------------------------------------------------------------------------- ConvTranspose

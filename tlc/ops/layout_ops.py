@@ -6,7 +6,8 @@ bit for bit the ONNX op's):
 data input ``x`` and the output are [N, H, W, C] and a convolution weight ``w`` is OHWI [M, kh, kw, C/group]
 (``w' = Transpose(w, NHWC_TO_NCHW)`` is ONNX's OIHW). Attributes are the ONNX op's, unchanged (``pads``,
 ``strides``, ... name spatial axes in the same order). Inference, the reference and the ONNX export (a model-local
-function holding Transpose + op + Transpose, ``OpDef.decompose``) all derive from the ONNX op's registry entry.
+function holding Transpose + op + Transpose, ``OpDef.decompose``) all derive from the ONNX op's registry entry, and so
+does the bias (``OpDef.bias``: Conv's per-channel B runs along the last axis of the twin's output).
 
 ``TWINS`` maps an ONNX op to its twin and ``AXIS_OPS`` names the ops that go channels-last by remapping an axis
 attribute; the layout pass reads both (elementwise ops it recognises by their trait).
@@ -109,9 +110,10 @@ def _make_decompose(twin: Twin):
 
 def _register(twin: Twin) -> Twin:
     base = get(twin.onnx_op)
+    bias = base.bias and (base.bias[0], None if base.bias[1] is None else NCHW_TO_NHWC.index(base.bias[1]))
     register(OpDef(name=twin.name, domain=TLC_DOMAIN, infer=_make_infer(twin), reference=_make_reference(twin),
                    inputs=base.inputs, outputs=1, attrs=dict(base.attrs), traits=base.traits, cost=base.cost,
-                   decompose=_make_decompose(twin),
+                   decompose=_make_decompose(twin), bias=bias,  # Conv's per-channel bias: the last axis here
                    doc=f"{twin.onnx_op} on channels-last (NHWC) data"
                        + (", weight OHWI [M, kh, kw, C/group]." if twin.has_weight else ".")))
     return twin

@@ -10,9 +10,12 @@ import re
 
 import numpy as np
 
+from ..ir.graph import Node
 from ..ir.types import Dim, TensorType
+from . import expr as E
 from .infer import broadcast_dims, broadcast_shapes, normalize_axis
 from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, register
+from .rowform import RowBuilder, check_last_axis, row_input
 
 PURE = frozenset({Trait.PURE, Trait.FOLDABLE})
 
@@ -86,7 +89,7 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, alpha: fl
 register(OpDef(name="Gemm", infer=_gemm_infer, reference=gemm, inputs=(2, 3),
                attrs={"alpha": Attr("float", 1.0), "beta": Attr("float", 1.0), "transA": Attr("int", 0),
                       "transB": Attr("int", 0)},
-               traits=PURE | {Trait.CONTRACTION}, cost=2,
+               traits=PURE | {Trait.CONTRACTION}, cost=2, bias=(2, None),
                doc="General matrix multiply alpha * A' @ B' + beta * C (C broadcast)."))
 
 
@@ -186,11 +189,33 @@ def _softmax_infer(ctx: InferContext) -> list[TensorType]:
     return [t]
 
 
+def _softmax_parts(b: RowBuilder, node: Node, attrs: dict) -> tuple[str, str, str, str]:
+    """(x - max, exp(x - max), sum of it, dtype) for the row."""
+    x, dtype, rank = row_input(b, node, True)
+    check_last_axis(b, node, [attrs["axis"]], rank)
+    peak = b.add_reduce(x, "max")
+    shifted = b.add_op(E.arg(0) - E.arg(1), [x, peak], dtype)
+    e = b.add_op(E.exp(E.arg(0)), [shifted], dtype)
+    return shifted, e, b.add_reduce(e, "sum"), dtype
+
+
+def _softmax_row(b: RowBuilder, node: Node, attrs: dict) -> list[str]:
+    _, e, total, dtype = _softmax_parts(b, node, attrs)
+    return [b.add_op(E.arg(0) / E.arg(1), [e, total], dtype)]
+
+
+def _log_softmax_row(b: RowBuilder, node: Node, attrs: dict) -> list[str]:
+    shifted, _, total, dtype = _softmax_parts(b, node, attrs)
+    return [b.add_op(E.arg(0) - E.log(E.arg(1)), [shifted, total], dtype)]
+
+
 register(OpDef(name="Softmax", infer=_softmax_infer, reference=lambda x, *, axis: softmax(x, axis),
                attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION, Trait.ROW_REDUCIBLE}, cost=12,
+               row_form=_softmax_row,
                doc="exp(x - max) / sum(exp(x - max)) along `axis`."))
 register(OpDef(name="LogSoftmax", infer=_softmax_infer, reference=lambda x, *, axis: log_softmax(x, axis),
                attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION, Trait.ROW_REDUCIBLE}, cost=12,
+               row_form=_log_softmax_row,
                doc="log(softmax(x)) along `axis`, computed as x - max - log(sum(exp(x - max)))."))
 register(OpDef(name="Hardmax", infer=_softmax_infer, reference=lambda x, *, axis: hardmax(x, axis),
                attrs={"axis": Attr("int", -1)}, traits=PURE | {Trait.REDUCTION}, cost=2,

@@ -11,9 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnsupportedOperatorError
+from ..ir.graph import Node
 from ..ir.types import DTYPE_OF_ONNX_CODE, FLOAT_DTYPES, TensorType
+from . import expr as E
 from .infer import broadcast_shapes, normalize_axes, normalize_axis
 from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, register
+from .rowform import RowBuilder, check_last_axis, row_input
 
 NORM_TRAITS = frozenset({Trait.PURE, Trait.FOLDABLE, Trait.REDUCTION})
 CHANNEL_NORM_TRAITS = NORM_TRAITS | {Trait.LAYOUT_SENSITIVE}
@@ -124,9 +127,30 @@ def layer_norm(x, scale, bias=None, *, axis: int, epsilon: float, stash_type: in
     return [y.astype(x.dtype, copy=False), mean, inv_std]
 
 
+def _layer_norm_row(b: RowBuilder, node: Node, attrs: dict) -> list[str]:
+    """Y = (x - mean) * InvStdDev * scale + bias, with the variance from a second pass over x - mean."""
+    X, Y, Z = E.arg(0), E.arg(1), E.arg(2)
+    x, dtype, rank = row_input(b, node, True)
+    check_last_axis(b, node, [attrs["axis"]], rank)
+    inputs = b.body.inputs_of(node)
+    scale = b.var_of[inputs[1]]
+    bias = b.var_of[inputs[2]] if len(inputs) > 2 and inputs[2] is not None else None
+    length = b.row_length(dtype)
+    mean = b.add_op(X / Y, [b.add_reduce(x, "sum"), length], dtype)
+    centered = b.add_op(X - Y, [x, mean], dtype)
+    var = b.add_op(X / Y, [b.add_reduce(b.add_op(X * X, [centered], dtype), "sum"), length], dtype)
+    inv_std = b.add_op(1.0 / E.sqrt(X + float(attrs["epsilon"])), [var], dtype)
+    if bias is None:
+        y = b.add_op(X * Y * Z, [centered, inv_std, scale], dtype)
+    else:
+        y = b.add_op(X * Y * Z + E.arg(3), [centered, inv_std, scale, bias], dtype)
+    return [y, mean, inv_std][: node.num_outputs]
+
+
 register(OpDef(name="LayerNormalization", infer=_layer_norm_infer, reference=layer_norm, inputs=(2, 3),
                attrs={"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5), "stash_type": Attr("int", 1)},
                traits=NORM_TRAITS | {Trait.ROW_REDUCIBLE}, cost=8,
+               row_form=_layer_norm_row,
                doc="Normalise over the dims from `axis` on; also gives Mean, InvStdDev."))
 
 

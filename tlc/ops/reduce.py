@@ -11,9 +11,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..ir.graph import Node
 from ..ir.types import TensorType
+from . import expr as E
 from .infer import normalize_axes, normalize_axis
 from .registry import Attr, InferContext, OpDef, Trait, register
+from .rowform import RowBuilder, RowForm, check_reduce_axes, row_input
 
 REDUCE = frozenset({Trait.PURE, Trait.FOLDABLE, Trait.REDUCTION})
 REDUCE_ATTRS = {"keepdims": Attr("int", 1), "noop_with_empty_axes": Attr("int", 0)}
@@ -47,9 +50,9 @@ def _reduce_infer(ctx: InferContext) -> list[TensorType]:
 Reducer = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 
 
-def reduction(name: str, fn: Reducer, cost: float = 1.0, doc: str = "", row: bool = True) -> None:
-    """Register an opset-18 style reduction computed by ``fn(x, axes, keepdims)``; ``row``: it has a row form
-    (``Trait.ROW_REDUCIBLE``: sum/max/min accumulations plus elementwise steps)."""
+def reduction(name: str, fn: Reducer, cost: float = 1.0, doc: str = "", row_form: RowForm | None = None) -> None:
+    """Register an opset-18 style reduction computed by ``fn(x, axes, keepdims)``; ``row_form``: how a row kernel
+    computes it over the last axis (then it is ``Trait.ROW_REDUCIBLE``)."""
 
     def ref(x, axes=None, *, keepdims, noop_with_empty_axes):
         ax = reduce_axes(x.ndim, axes, noop_with_empty_axes)
@@ -59,7 +62,56 @@ def reduction(name: str, fn: Reducer, cost: float = 1.0, doc: str = "", row: boo
             return np.asarray(fn(x, ax, bool(keepdims))).astype(x.dtype, copy=False)
 
     register(OpDef(name=name, infer=_reduce_infer, reference=ref, inputs=(1, 2), attrs=dict(REDUCE_ATTRS),
-                   traits=REDUCE | {Trait.ROW_REDUCIBLE} if row else REDUCE, cost=cost, doc=doc))
+                   traits=REDUCE | {Trait.ROW_REDUCIBLE} if row_form else REDUCE, cost=cost, doc=doc,
+                   row_form=row_form))
+
+
+# ---------------------------------------------------------------------------- row forms (tlc.ops.rowform)
+X, Y = E.arg(0), E.arg(1)
+
+
+def accumulate(
+    op: str,
+    *,
+    square: bool = False,
+    pre: Callable[[E.Expr], E.Expr] | None = None,
+    post: Callable[[E.Expr, E.Expr], E.Expr] | None = None,
+    float_only: bool = False,
+) -> RowForm:
+    """The row form of a reduction that is one ``op`` ("sum", "max", "min") accumulation over the row, with an
+    optional square or ``pre`` step before it and ``post(accumulated, row length)`` after it."""
+
+    def row_form(b: RowBuilder, node: Node, attrs: dict) -> list[str]:
+        x, dtype, rank = row_input(b, node, float_only)
+        check_reduce_axes(b, node, attrs, rank)
+        src = b.add_op(X * X, [x], dtype) if square else b.add_op(pre(X), [x], dtype) if pre else x
+        acc = b.add_reduce(src, op)
+        if post is None:
+            return [acc]
+        return [b.add_op(post(X, Y), [acc, b.row_length(dtype)], dtype)]
+
+    return row_form
+
+
+def _log_sum_exp_row(b: RowBuilder, node: Node, attrs: dict) -> list[str]:
+    """max + log(sum(exp(x - max))), stable for large x; -inf rows give -inf (the max) plus log(n) of nan-free 1s."""
+    x, dtype, rank = row_input(b, node, True)
+    check_reduce_axes(b, node, attrs, rank)
+    peak = b.add_reduce(x, "max")
+    total = b.add_reduce(b.add_op(E.exp(X - Y), [x, peak], dtype), "sum")
+    return [b.add_op(Y + E.log(X), [total, peak], dtype)]
+
+
+def _mean(s: E.Expr, n: E.Expr) -> E.Expr:
+    return s / n
+
+
+def _l2(s: E.Expr, n: E.Expr) -> E.Expr:
+    return E.sqrt(s)
+
+
+def _log(s: E.Expr, n: E.Expr) -> E.Expr:
+    return E.log(s)
 
 
 def _acc(x: np.ndarray) -> np.ndarray:
@@ -93,21 +145,25 @@ def _log_sum_exp(x, ax, keep):
     return out if keep else np.squeeze(out, axis=ax)
 
 
-reduction("ReduceSum", lambda x, ax, keep: np.sum(_acc(x), axis=ax, keepdims=keep), doc="Sum over axes.")
-reduction("ReduceMean", lambda x, ax, keep: np.mean(_acc(x), axis=ax, keepdims=keep), doc="Mean over axes.")
-reduction("ReduceMax", _max, doc="Maximum over axes (-inf, or the lowest value, for an empty set).")
-reduction("ReduceMin", _min, doc="Minimum over axes (+inf, or the highest value, for an empty set).")
-reduction("ReduceProd", lambda x, ax, keep: np.prod(_acc(x), axis=ax, keepdims=keep), doc="Product over axes.",
-          row=False)
+reduction("ReduceSum", lambda x, ax, keep: np.sum(_acc(x), axis=ax, keepdims=keep), doc="Sum over axes.",
+          row_form=accumulate("sum"))
+reduction("ReduceMean", lambda x, ax, keep: np.mean(_acc(x), axis=ax, keepdims=keep), doc="Mean over axes.",
+          row_form=accumulate("sum", post=_mean, float_only=True))
+reduction("ReduceMax", _max, doc="Maximum over axes (-inf, or the lowest value, for an empty set).",
+          row_form=accumulate("max"))
+reduction("ReduceMin", _min, doc="Minimum over axes (+inf, or the highest value, for an empty set).",
+          row_form=accumulate("min"))
+reduction("ReduceProd", lambda x, ax, keep: np.prod(_acc(x), axis=ax, keepdims=keep), doc="Product over axes.")
 reduction("ReduceL1", lambda x, ax, keep: np.sum(np.abs(_acc(x)), axis=ax, keepdims=keep),
-          doc="Sum of absolute values over axes.")
+          doc="Sum of absolute values over axes.", row_form=accumulate("sum", pre=E.absolute))
 reduction("ReduceL2", lambda x, ax, keep: np.sqrt(np.sum(np.square(_acc(x)), axis=ax, keepdims=keep)), cost=2,
-          doc="Euclidean norm over axes.")
+          doc="Euclidean norm over axes.", row_form=accumulate("sum", square=True, post=_l2, float_only=True))
 reduction("ReduceSumSquare", lambda x, ax, keep: np.sum(np.square(_acc(x)), axis=ax, keepdims=keep),
-          doc="Sum of squares over axes.")
+          doc="Sum of squares over axes.", row_form=accumulate("sum", square=True))
 reduction("ReduceLogSum", lambda x, ax, keep: np.log(np.sum(_acc(x), axis=ax, keepdims=keep)), cost=2,
-          doc="log of the sum over axes.")
-reduction("ReduceLogSumExp", _log_sum_exp, cost=8, doc="log(sum(exp(x))) over axes, computed stably.")
+          doc="log of the sum over axes.", row_form=accumulate("sum", post=_log, float_only=True))
+reduction("ReduceLogSumExp", _log_sum_exp, cost=8, doc="log(sum(exp(x))) over axes, computed stably.",
+          row_form=_log_sum_exp_row)
 
 
 # ---------------------------------------------------------------------------- ArgMax / ArgMin

@@ -1,9 +1,10 @@
 """The op registry: one ``OpDef`` per operator, and everything else asks it.
 
 An ``OpDef`` declares, side by side: name and domain, input/output arity, the attribute schema with defaults,
-type and shape inference, the numpy reference implementation, traits, a cost hint, and for elementwise ops the
-scalar expression the code generator composes. Constant folding, CSE, fusion, the reference executor and
-codegen all read the same entry.
+type and shape inference, the numpy reference implementation, traits, a cost hint, for elementwise ops the
+scalar expression the code generator composes, for row-reducible ops their row form (``tlc.ops.rowform``), and
+for contractions with an additive bias which input it is. Constant folding, CSE, fusion, the reference executor
+and codegen all read the same entry.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ShapeInferenceError, UnsupportedOperatorError, ValidationError
 from ..ir.graph import Graph, Node, set_op_resolver
 from ..ir.types import TensorType
+
+if TYPE_CHECKING:
+    from .rowform import RowForm
 
 
 class Trait(enum.Enum):
@@ -114,6 +118,13 @@ class OpDef:
     #: tlc-domain ops only: ``(graph, node) -> Graph``, the node as a body of default-domain ops (inputs and
     #: outputs in the node's order), so the ONNX exporter can write the op as a model-local function.
     decompose: Callable[[Graph, Node], Graph] | None = None
+    #: ``Trait.ROW_REDUCIBLE`` ops only: the op as per-row accumulations and elementwise steps, written through the
+    #: kernel builder it is handed (``tlc.ops.rowform``).
+    row_form: RowForm | None = None
+    #: contractions with an additive bias: ``(input port of the bias, output axis it runs along)``; the axis is None
+    #: when the bias broadcasts against the output as it is (numpy-style). The code generator may move the bias
+    #: into the elementwise epilogue (``tlc.kernels.epilogue``).
+    bias: tuple[int, int | None] | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -167,6 +178,13 @@ def register(opdef: OpDef) -> OpDef:
         raise ValueError(f"op {opdef.qualified_name} registered twice")
     if Trait.ELEMENTWISE in opdef.traits and opdef.expr is None:
         raise ValueError(f"elementwise op {opdef.qualified_name} declares no scalar expression")
+    if (Trait.ROW_REDUCIBLE in opdef.traits) != (opdef.row_form is not None):
+        raise ValueError(f"op {opdef.qualified_name}: Trait.ROW_REDUCIBLE and a row_form go together")
+    if Trait.ROW_REDUCIBLE in opdef.traits and Trait.REDUCTION not in opdef.traits:
+        raise ValueError(f"row-reducible op {opdef.qualified_name} is not a reduction")
+    if opdef.bias is not None and (Trait.CONTRACTION not in opdef.traits or opdef.inputs[1] is None
+                                   or not opdef.inputs[0] <= opdef.bias[0] < opdef.inputs[1]):
+        raise ValueError(f"op {opdef.qualified_name}: a bias needs a contraction with an optional input there")
     _REGISTRY[key] = opdef
     return opdef
 
