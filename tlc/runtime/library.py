@@ -378,7 +378,8 @@ class PoolImpl(StepImpl):
         kgeo = kconv.pool_geometry(x, kernel, y, window.strides, begin, window.dilations, kind)
         div = np.ascontiguousarray(divisor if divisor is not None else np.ones((1, 1), dtype), dtype)
         nparts = _plane_parts(int(np.prod(y)) * len(kernel) * max(kernel), x[0] * x[1], ctx.threads)
-        native = [Call(kconv.pool_run, (xin, kgeo, div, out, nparts))]
+        work.append(((kconv.pool_scratch(kgeo, nparts),), dtype))
+        native = [Call(kconv.pool_run, (xin, kgeo, div, out, W(len(work) - 1), nparts))]
         sample = (np.zeros((1, 1, 1, 1), dtype), kgeo, div, np.zeros((1, 1, 1, 1), dtype), nparts)
         return Bound(fallback, mode="native", workspace=work, note=f"pool kernel, {nparts} part(s)",
                      request=KernelRequest("pool", lambda alias: _warm_pool(sample),
@@ -395,7 +396,7 @@ def _warm_pool(sample) -> str:
     x, geo, div, out, nparts = sample
     g = geo.copy()
     g[:kconv.LAYOUT] = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0)
-    kconv.pool_run(x, g, div, out, nparts)
+    kconv.pool_run(x, g, div, out, np.zeros(kconv.pool_scratch(g, nparts), x.dtype), nparts)
     return "pool"
 
 
