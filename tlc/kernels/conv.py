@@ -42,12 +42,11 @@ MAX, AVG = 0, 1               # pooling kinds
 BLOCK = 4                     # output channels per direct-kernel block
 
 #: the cost model's rates on one core (2-core Zen 4 VM, thread CPU time; the sweep is recorded in
-#: docs/architecture.md). Direct: ~15 GMAC/s with stride 1 (flat planes), ~6 with stride 2 (row loops); BLAS
+#: docs/architecture.md). Direct: ~15 GMAC/s (stride 1, flat planes); BLAS
 #: ~90 GMAC/s on large products after ~10 us per call with its im2col set-up, the gather ~3 G elements/s.
 #: Measured: 8 -> 8 channels at 16x16 direct 8 us against im2col + BLAS 19 us; 64 -> 64 at 56x56 8.0 ms
 #: against 2.6 ms.
 DIRECT_MACS_PER_S = 15e9
-DIRECT_STRIDED_MACS_PER_S = 6e9
 DEPTHWISE_MACS_PER_S = 2e9
 BLAS_MACS_PER_S = 90e9
 BLAS_CALL_S = 10e-6
@@ -84,9 +83,8 @@ def seconds(geo: np.ndarray, algo: int) -> float:
     work = macs(geo)
     if algo == DEPTHWISE:
         return work / DEPTHWISE_MACS_PER_S
-    if algo == DIRECT:
-        flat = _flat(geo) and (geo[M] // geo[GROUP]) % BLOCK == 0
-        return work / (DIRECT_MACS_PER_S if flat else DIRECT_STRIDED_MACS_PER_S)
+    if algo == DIRECT:   # stride 1 with whole blocks per group only (a row-wise form reached ~6 GMAC/s: dropped)
+        return work / DIRECT_MACS_PER_S if direct_applies(geo) else np.inf
     k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
     gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * geo[HO] * geo[WO]
     return work / BLAS_MACS_PER_S + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
@@ -107,6 +105,8 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
     geo[ALGO] = choose(geo) if algo is None else algo
     least = PARALLEL_MIN_S if min_seconds is None else min_seconds
     nparts = threads if threads > 1 and seconds(geo, int(geo[ALGO])) >= least else 1
+    if geo[ALGO] == DIRECT and not direct_applies(geo):
+        raise ValueError("the direct kernel takes stride 1 and whole blocks of output channels per group only")
     if geo[ALGO] != GEMM:
         parts = max(1, min(nparts, int(geo[N] * geo[M])))
         scratch = 1
@@ -127,6 +127,11 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
 def _flat(geo) -> bool:
     """Whether the depthwise kernel runs on a flat padded plane (stride 1): one long vector loop per tap."""
     return bool(geo[SH] == 1 and geo[SW] == 1)
+
+
+def direct_applies(geo: np.ndarray) -> bool:
+    """Whether the direct kernel takes this shape: stride 1, output channels per group a multiple of BLOCK."""
+    return _flat(geo) and (geo[M] // geo[GROUP]) % BLOCK == 0
 
 
 def _direct_scratch(geo) -> int:
@@ -253,84 +258,6 @@ def _gemm_rows(x, w, bias, geo, acc, col, col_off, n, m0, m1):
             _gemm(stop - m, hw, k, w, m * k, k, col, col_off + g * k * hw, hw, acc, out_base + m * hw, hw)
         m = stop
     _add_bias(acc, bias, n, m0, m1, hw)
-
-
-@njit(cache=True, nogil=True)
-def _direct_rows(x, wp, bias, geo, acc, n, m0, m1):
-    """Output channels [m0, m1) of image ``n`` by the direct kernel, ``m0`` a multiple of BLOCK; blocks of four
-    channels share each input load, and each output row is finished before the next (it stays in L1)."""
-    c_all, h, width, m_all, group = geo[C], geo[H], geo[W], geo[M], geo[GROUP]
-    kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
-    sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
-    cg, mg = c_all // group, m_all // group
-    has_bias = bias.shape[0] > 0
-    for mb in range(m0 // BLOCK, (m1 + BLOCK - 1) // BLOCK):
-        first = mb * BLOCK
-        count = min(BLOCK, m1 - first)
-        g = first // mg
-        same_group = (first + count - 1) // mg == g
-        if count == BLOCK and same_group:
-            o0, o1, o2, o3 = acc[n, first], acc[n, first + 1], acc[n, first + 2], acc[n, first + 3]
-            for oh in range(ho):
-                r0, r1, r2, r3 = o0[oh], o1[oh], o2[oh], o3[oh]
-                b0 = bias[first] if has_bias else 0.0
-                b1 = bias[first + 1] if has_bias else 0.0
-                b2 = bias[first + 2] if has_bias else 0.0
-                b3 = bias[first + 3] if has_bias else 0.0
-                for j in range(wo):
-                    r0[j] = b0
-                    r1[j] = b1
-                    r2[j] = b2
-                    r3[j] = b3
-                for c in range(cg):
-                    xc = x[n, g * cg + c]
-                    for ki in range(kh):
-                        ih = oh * sh - pt + ki * dh
-                        if ih < 0 or ih >= h:
-                            continue
-                        xrow = xc[ih]
-                        for kj in range(kw):
-                            base = (((mb * cg + c) * kh + ki) * kw + kj) * BLOCK
-                            w0, w1, w2, w3 = wp[base], wp[base + 1], wp[base + 2], wp[base + 3]
-                            off = kj * dw - pl
-                            j0, j1 = _span(off, sw, width, wo)
-                            if sw == 1:
-                                for j in range(j0, j1):
-                                    xv = xrow[np.uint64(j + off)]
-                                    r0[np.uint64(j)] += w0 * xv
-                                    r1[np.uint64(j)] += w1 * xv
-                                    r2[np.uint64(j)] += w2 * xv
-                                    r3[np.uint64(j)] += w3 * xv
-                            else:
-                                for j in range(j0, j1):
-                                    xv = xrow[np.uint64(j * sw + off)]
-                                    r0[np.uint64(j)] += w0 * xv
-                                    r1[np.uint64(j)] += w1 * xv
-                                    r2[np.uint64(j)] += w2 * xv
-                                    r3[np.uint64(j)] += w3 * xv
-        else:   # a ragged block (the last one, or one across a group boundary): one channel at a time
-            for t in range(count):
-                m = first + t
-                g = m // mg
-                o = acc[n, m]
-                for oh in range(ho):
-                    r = o[oh]
-                    b = bias[m] if has_bias else 0.0
-                    for j in range(wo):
-                        r[j] = b
-                    for c in range(cg):
-                        xc = x[n, g * cg + c]
-                        for ki in range(kh):
-                            ih = oh * sh - pt + ki * dh
-                            if ih < 0 or ih >= h:
-                                continue
-                            xrow = xc[ih]
-                            for kj in range(kw):
-                                wv = wp[(((mb * cg + c) * kh + ki) * kw + kj) * BLOCK + t]
-                                off = kj * dw - pl
-                                j0, j1 = _span(off, sw, width, wo)
-                                for j in range(j0, j1):
-                                    r[np.uint64(j)] += wv * xrow[np.uint64(j * sw + off)]
 
 
 @njit(cache=True, nogil=True)
@@ -490,7 +417,6 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
         _depthwise_planes(x, w, bias, geo, acc, col[p * (col.shape[0] // nparts):], q0, q1)
         return q0 * hw, q1 * hw
     if algo == DIRECT:   # parts of whole channel blocks
-        flat = geo[SH] == 1 and geo[SW] == 1 and (geo[M] // geo[GROUP]) % BLOCK == 0
         own = col[p * (col.shape[0] // nparts):]
         blocks_per_image = (m_all + BLOCK - 1) // BLOCK
         blocks = n_all * blocks_per_image
@@ -503,10 +429,7 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
             stop = min(b1, (n + 1) * blocks_per_image)
             lo_m = (b - n * blocks_per_image) * BLOCK
             hi_m = min(m_all, (stop - n * blocks_per_image) * BLOCK)
-            if flat:
-                _direct_flat(x, w, bias, geo, acc, own, n, lo_m, hi_m)
-            else:
-                _direct_rows(x, w, bias, geo, acc, n, lo_m, hi_m)
+            _direct_flat(x, w, bias, geo, acc, own, n, lo_m, hi_m)
             b = stop
         return lo * hw, hi * hw
     k_all = geo[C] * geo[KH] * geo[KW]
@@ -531,15 +454,27 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def conv_run_parallel(x, w, bias, geo, out, col, nparts, nprep):
+def _prepare_parallel(x, w, bias, geo, col, nprep):
     for p in prange(nprep):
         conv_prepare(x, w, bias, geo, col, p, nprep)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _parts_parallel(x, w, bias, geo, out, col, nparts):
     for p in prange(nparts):
         conv_part(x, w, bias, geo, out, col, p, nparts)
 
 
-@njit(cache=True, nogil=True)
+def conv_run_parallel(x, w, bias, geo, out, col, nparts, nprep):
+    """Every part on Numba's pool (two functions: a parallel loop's body is compiled with all it calls)."""
+    if nprep:
+        _prepare_parallel(x, w, bias, geo, col, nprep)
+    _parts_parallel(x, w, bias, geo, out, col, nparts)
+
+
 def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
+    """Every part on the calling thread (a loop here, not compiled: each compiled level above ``conv_part`` costs
+    seconds of LLVM re-optimizing what it links in)."""
     for p in range(nprep):
         conv_prepare(x, w, bias, geo, col, p, nprep)
     for p in range(nparts):

@@ -523,8 +523,13 @@ class ConvSetup:
 
 def compile_conv(types: tuple, parallel: bool) -> str:
     """Compile (or load) the conv family's driver for these argument types."""
-    fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
-    fn.compile(types + (numba.types.int64, numba.types.int64))
+    i64 = numba.types.int64
+    if parallel:
+        kconv._prepare_parallel.compile(types[:4] + (types[5], i64))
+        kconv._parts_parallel.compile(types + (i64,))
+    else:
+        kconv.conv_part.compile(types + (i64, i64))
+        kconv.conv_prepare.compile(types[:4] + (types[5], i64, i64))
     return "conv"
 
 
