@@ -23,6 +23,7 @@ GEOMETRIES = [
     (2, 5, 6, 7, 1, 2, 0, 1, 1),      # strided 1x1: gathered
     (1, 8, 9, 12, 2, 2, 0, 4, 1),     # even kernel, groups of two channels
     (1, 3, 11, 4, 4, 3, 1, 1, 1),     # kernel wider than the stride
+    (1, 5, 17, 6, 1, 1, 0, 1, 1),     # pointwise, few output channels over many columns: column tiles
 ]
 
 
@@ -112,3 +113,23 @@ def test_pooling_matches_the_reference(dtype):
         out = np.empty(6, dtype)
         K.global_pool_run(x.reshape(6, -1), out, is_max, 2)
         np.testing.assert_allclose(out, reduce(x.reshape(6, -1), axis=1), rtol=1e-6)
+
+
+def test_column_tiles_match_the_reference(monkeypatch):
+    """GEMM in column tiles (large im2col blocks, or few output channels): partial last tiles, groups, strides,
+    pointwise; the parts report (0, 0) and ``deferred`` says an epilogue must follow them."""
+    monkeypatch.setattr(K, "WHOLE_COL_MAX", 0)
+    monkeypatch.setattr(K, "TILE_ELEMS", 16 * 40)
+    rng = np.random.default_rng(3)
+    for n, c, h, m, k, s, p, g, d in GEOMETRIES:
+        x = rng.standard_normal((n, c, h, h)).astype(np.float32)
+        w = rng.standard_normal((m, c // g, k, k)).astype(np.float32)
+        b = rng.standard_normal(m).astype(np.float32)
+        expected = reference_conv(x, w, b, strides=[s, s], pads=[p] * 4, dilations=[d, d], group=g)
+        geo = K.conv_geometry(x.shape, w.shape, expected.shape, (s, s), (p, p), (d, d), g)
+        for nparts in (1, 2, 3):
+            col_size, parts, nprep = K.plan_conv(geo, nparts, K.GEMM, min_seconds=0)
+            assert K.deferred(geo) or (K.is_pointwise(geo) and nparts == 1)
+            out = np.full(expected.shape, np.nan, np.float32)
+            K.conv_run(x, K.pack_weights(w, geo), b, geo, out, np.empty(col_size, np.float32), parts, nprep)
+            np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4, err_msg=f"{nparts} {(n, c, h, m, k)}")

@@ -33,11 +33,15 @@ from numba import njit, prange
 from .blas import gemm_f32, gemm_f64
 
 # geometry vector fields
-N, C, H, W, M, KH, KW, HO, WO, GROUP, SH, SW, DH, DW, PT, PL, LAYOUT, ALGO, MODE, KIND = range(20)
-GEO_SIZE = 20
+N, C, H, W, M, KH, KW, HO, WO, GROUP, SH, SW, DH, DW, PT, PL, LAYOUT, ALGO, MODE, KIND, TILE = range(21)
+GEO_SIZE = 21
 GEMM, DIRECT, DEPTHWISE = 0, 1, 2
 ALGO_NAMES = ("gemm", "direct", "depthwise")
-IMAGES, ROWS = 0, 1           # GEMM modes: each part whole images / the parts split one batch's output rows
+IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
+#: a column tile's im2col block stays in L2: about this many elements (K x tile columns)
+TILE_ELEMS = 1 << 17
+#: im2col buffers larger than this (elements) are gathered a tile at a time instead
+WHOLE_COL_MAX = 1 << 20
 MAX, AVG = 0, 1               # pooling kinds
 BLOCK = 4                     # output channels per direct-kernel block
 
@@ -68,6 +72,11 @@ def is_pointwise(geo: np.ndarray) -> bool:
     """A 1x1 convolution that is a plain product of the input (stride 1, no padding, one group)."""
     return bool(geo[KH] == geo[KW] == 1 and geo[SH] == geo[SW] == 1 and geo[PT] == geo[PL] == 0
                 and geo[GROUP] == 1 and geo[HO] == geo[H] and geo[WO] == geo[W])
+
+
+def deferred(geo: np.ndarray) -> bool:
+    """Whether the parts write strided slabs (column tiles), so that an epilogue must run after all of them."""
+    return bool(geo[ALGO] == GEMM and geo[MODE] == TILES)
 
 
 def is_depthwise(geo: np.ndarray) -> bool:
@@ -116,6 +125,14 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
     k_all = int(geo[C] * geo[KH] * geo[KW])
     hw = int(geo[HO] * geo[WO])
     gather = not is_pointwise(geo)
+    few_rows = geo[N] < nparts and geo[N] * geo[M] // nparts < 32 and hw >= 256
+    if (gather and k_all * hw > WHOLE_COL_MAX) or few_rows:
+        # tiles of output columns: the gathered block stays in cache, and a few output channels still make
+        # wide BLAS calls; the parts' outputs are strided, so an epilogue runs after them (``deferred``)
+        geo[MODE] = TILES
+        tile = max(16, min(hw, (TILE_ELEMS // max(1, k_all)) // 16 * 16))
+        geo[TILE] = tile
+        return (nparts * k_all * tile if gather else 1), nparts, 0
     if geo[N] >= nparts:
         geo[MODE] = IMAGES
         return (nparts * k_all * hw if gather else 1), nparts, 0
@@ -258,6 +275,68 @@ def _gemm_rows(x, w, bias, geo, acc, col, col_off, n, m0, m1):
             _gemm(stop - m, hw, k, w, m * k, k, col, col_off + g * k * hw, hw, acc, out_base + m * hw, hw)
         m = stop
     _add_bias(acc, bias, n, m0, m1, hw)
+
+
+@njit(cache=True, nogil=True)
+def _gemm_tile(x, w, bias, geo, acc, col, own, n, j0, j1, pointwise):
+    """Output columns [j0, j1) of image ``n``, every channel: the columns' im2col block gathered into
+    ``col[own:]`` ([C*kh*kw, j1-j0]), one BLAS call per group, the bias added on the tile."""
+    c_all, h, width, m_all, group = geo[C], geo[H], geo[W], geo[M], geo[GROUP]
+    kh, kw, wo = geo[KH], geo[KW], geo[WO]
+    sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
+    cg, mg = c_all // group, m_all // group
+    k = cg * kh * kw
+    hw = geo[HO] * wo
+    cols = j1 - j0
+    taps = kh * kw
+    if not pointwise:
+        for r in range(c_all * taps):
+            c = r // taps
+            ki = (r - c * taps) // kw
+            kj = r - c * taps - ki * kw
+            off = kj * dw - pl
+            base = own + r * cols - j0
+            xc = x[n, c]
+            j = j0
+            while j < j1:
+                oh = j // wo
+                stop = min(j1, (oh + 1) * wo)
+                ih = oh * sh - pt + ki * dh
+                first = oh * wo
+                if ih < 0 or ih >= h:
+                    for q in range(j, stop):
+                        col[np.uint64(base + q)] = 0.0
+                else:
+                    xrow = xc[ih]
+                    lo, hi = _span(off, sw, width, wo)
+                    lo, hi = max(lo + first, j), min(hi + first, stop)
+                    for q in range(j, min(lo, stop)):
+                        col[np.uint64(base + q)] = 0.0
+                    if sw == 1:
+                        for q in range(lo, hi):
+                            col[np.uint64(base + q)] = xrow[np.uint64(q - first + off)]
+                    else:
+                        for q in range(lo, hi):
+                            col[np.uint64(base + q)] = xrow[np.uint64((q - first) * sw + off)]
+                    for q in range(max(hi, j), stop):
+                        col[np.uint64(base + q)] = 0.0
+                j = stop
+    xf = x.reshape(-1)
+    out_base = n * m_all * hw
+    for g in range(group):
+        if pointwise:
+            _gemm(mg, cols, k, w, g * mg * k, k, xf, (n * c_all + g * cg) * hw + j0, hw, acc,
+                  out_base + g * mg * hw + j0, hw)
+        else:
+            _gemm(mg, cols, k, w, g * mg * k, k, col, own + g * k * cols, cols, acc, out_base + g * mg * hw + j0,
+                  hw)
+    if bias.shape[0] > 0:
+        flat = acc.reshape(-1)
+        for m in range(m_all):
+            b = bias[m]
+            start = out_base + m * hw
+            for q in range(j0, j1):
+                flat[start + q] += b
 
 
 @njit(cache=True, nogil=True)
@@ -434,6 +513,16 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
         return lo * hw, hi * hw
     k_all = geo[C] * geo[KH] * geo[KW]
     pointwise = col.shape[0] <= 1
+    if geo[MODE] == TILES:
+        tile = geo[TILE]
+        per_image = (hw + tile - 1) // tile
+        tiles = n_all * per_image
+        own = p * k_all * tile
+        for t in range(tiles * p // nparts, tiles * (p + 1) // nparts):
+            n = t // per_image
+            j0 = (t - n * per_image) * tile
+            _gemm_tile(x, w, bias, geo, acc, col, own, n, j0, min(hw, j0 + tile), pointwise)
+        return 0, 0
     if geo[MODE] == IMAGES:
         n0, n1 = n_all * p // nparts, n_all * (p + 1) // nparts
         own = p * k_all * hw

@@ -398,8 +398,8 @@ class EpilogueImpl(StepImpl):
 
         def calls(kernel, alias):
             outs = () if in_place else tuple(F(o) for o in ctx.outputs)
-            args = (kernel.dims, total, setup.nparts, setup.nprep, False, *setup.args(acc[0], col), acc[1],
-                    *ew_refs, *kernel.constant_arrays, *outs)
+            args = (kernel.dims, total, setup.nparts, setup.nprep, kconv.deferred(setup.geo),
+                    *setup.args(acc[0], col), acc[1], *ew_refs, *kernel.constant_arrays, *outs)
             return copies + [Call(kernel.function, args)]
 
         return Bound(fallback_calls(ctx), mode="native", note=f"Conv: {setup.note} + epilogue per part",
