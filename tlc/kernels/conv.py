@@ -9,7 +9,7 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   [M/4, C/group, kh, kw, 4]), one input load per four multiply-adds; with stride 1 on a flat padded copy of the
   image, so every tap is one long vector loop. For small convolutions, where im2col and a BLAS call cost more
   than the arithmetic, and grouped ones.
-- ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-adds per output row.
+- ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-add loops per plane.
 
 Parts follow the contract of ``cpu.Contraction``: ``conv_part(x, w, bias, geo, acc, col, p, nparts)`` computes
 part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a generated
@@ -90,8 +90,8 @@ def macs(geo: np.ndarray) -> int:
 def seconds(geo: np.ndarray, algo: int) -> float:
     """The cost model's time for the whole convolution with ``algo`` on one core."""
     work = macs(geo)
-    if algo == DEPTHWISE:
-        return work / DEPTHWISE_MACS_PER_S
+    if algo == DEPTHWISE:   # strided: computed at every position, then subsampled
+        return work * geo[SH] * geo[SW] / DEPTHWISE_MACS_PER_S
     if algo == DIRECT:   # stride 1 with whole blocks per group only (a row-wise form reached ~6 GMAC/s: dropped)
         return work / DIRECT_MACS_PER_S if direct_applies(geo) else np.inf
     k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
@@ -118,10 +118,8 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         raise ValueError("the direct kernel takes stride 1 and whole blocks of output channels per group only")
     if geo[ALGO] != GEMM:
         parts = max(1, min(nparts, int(geo[N] * geo[M])))
-        scratch = 1
-        if _flat(geo):
-            scratch = parts * (_flat_plane_size(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo))
-        return scratch, parts, 0
+        per_part = _flat_plane_size(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo)
+        return parts * per_part, parts, 0
     k_all = int(geo[C] * geo[KH] * geo[KW])
     hw = int(geo[HO] * geo[WO])
     gather = not is_pointwise(geo)
@@ -158,8 +156,10 @@ def _direct_scratch(geo) -> int:
 
 
 def _flat_plane_size(geo) -> int:
-    wp, hp = _flat_dims(geo[H], geo[W], geo[KH], geo[KW], geo[HO], geo[WO], geo[DH], geo[DW], geo[PT], geo[PL])
-    return hp * wp + wp + geo[HO] * wp
+    """The depthwise kernel's scratch per part: the padded plane and the full-rate output rows."""
+    hf, wf = (geo[HO] - 1) * geo[SH] + 1, (geo[WO] - 1) * geo[SW] + 1
+    wp, hp = _flat_dims(geo[H], geo[W], geo[KH], geo[KW], hf, wf, geo[DH], geo[DW], geo[PT], geo[PL])
+    return hp * wp + wp + hf * wp
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -395,56 +395,20 @@ def _direct_flat(x, wp_, bias, geo, acc, scratch, n, m0, m1):
 
 
 @njit(cache=True, nogil=True)
-def _depthwise_planes(x, w, bias, geo, acc, col, q0, q1):
-    """Planes [q0, q1) of the flattened (image, channel) output of a depthwise conv; kh*kw multiply-adds per
-    output row, the row kept in L1."""
+def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
+    """Depthwise planes on a flat padded copy: the conv at every stride-1 position of the rows the output needs
+    is computed ``wp`` wide, so each tap is one multiply-add loop over the whole plane, long enough for AVX-512's
+    64-element vector loops (a 14-wide row never reaches them); then every stride-th row and column is kept
+    (stride 2: 4x the arithmetic at 16 lanes beats a strided scalar loop, as for pooling)."""
     c_all, h, width = geo[C], geo[H], geo[W]
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
-    has_bias = bias.shape[0] > 0
-    taps = kh * kw
-    if sh == 1 and sw == 1:
-        _depthwise_flat(x, w, bias, geo, acc, col, q0, q1)
-        return
-    for q in range(q0, q1):
-        n = q // c_all
-        c = q - n * c_all
-        xc = x[n, c]
-        o = acc[n, c]
-        b = bias[c] if has_bias else 0.0
-        for oh in range(ho):
-            r = o[oh]
-            for j in range(wo):
-                r[j] = b
-            for ki in range(kh):
-                ih = oh * sh - pt + ki * dh
-                if ih < 0 or ih >= h:
-                    continue
-                xrow = xc[ih]
-                for kj in range(kw):
-                    wv = w[c * taps + ki * kw + kj]
-                    off = kj * dw - pl
-                    j0, j1 = _span(off, sw, width, wo)
-                    if sw == 1:
-                        for j in range(j0, j1):
-                            r[np.uint64(j)] += wv * xrow[np.uint64(j + off)]
-                    else:
-                        for j in range(j0, j1):
-                            r[np.uint64(j)] += wv * xrow[np.uint64(j * sw + off)]
-
-
-@njit(cache=True, nogil=True)
-def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
-    """Stride-1 depthwise planes on a flat padded copy: output row ``oh`` is computed ``wp`` wide (the columns
-    past ``wo`` are discarded), so each tap is one multiply-add loop over the whole plane, long enough for
-    AVX-512's 64-element vector loops (a 14-wide row never reaches them)."""
-    c_all, h, width = geo[C], geo[H], geo[W]
-    kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
-    dh, dw, pt, pl = geo[DH], geo[DW], geo[PT], geo[PL]
-    wp, hp = _flat_dims(h, width, kh, kw, ho, wo, dh, dw, pt, pl)
+    hf, wf = (ho - 1) * sh + 1, (wo - 1) * sw + 1
+    wp, hp = _flat_dims(h, width, kh, kw, hf, wf, dh, dw, pt, pl)
     plane = hp * wp + wp
+    size = hf * wp
     xp = scratch[:plane]
-    op = scratch[plane:plane + ho * wp]
+    op = scratch[plane:plane + size]
     has_bias = bias.shape[0] > 0
     for j in range(plane):
         xp[j] = 0.0
@@ -458,20 +422,24 @@ def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
             for j in range(width):
                 xp[np.uint64(row + j)] = src[j]
         b = bias[c] if has_bias else 0.0
-        for j in range(ho * wp):
+        for j in range(size):
             op[j] = b
         for ki in range(kh):
             for kj in range(kw):
                 wv = w[c * kh * kw + ki * kw + kj]
                 base = ki * dh * wp + kj * dw
-                for j in range(ho * wp):
+                for j in range(size):
                     op[np.uint64(j)] += wv * xp[np.uint64(j + base)]
         o = acc[n, c]
         for oh in range(ho):
             dst = o[oh]
-            row = oh * wp
-            for j in range(wo):
-                dst[j] = op[np.uint64(row + j)]
+            row = oh * sh * wp
+            if sw == 1:
+                for j in range(wo):
+                    dst[j] = op[np.uint64(row + j)]
+            else:
+                for j in range(wo):
+                    dst[j] = op[np.uint64(row + j * sw)]
 
 
 # ---------------------------------------------------------------------------- parts
@@ -493,7 +461,7 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
     if algo == DEPTHWISE:
         planes = n_all * m_all
         q0, q1 = planes * p // nparts, planes * (p + 1) // nparts
-        _depthwise_planes(x, w, bias, geo, acc, col[p * (col.shape[0] // nparts):], q0, q1)
+        _depthwise_flat(x, w, bias, geo, acc, col[p * (col.shape[0] // nparts):], q0, q1)
         return q0 * hw, q1 * hw
     if algo == DIRECT:   # parts of whole channel blocks
         own = col[p * (col.shape[0] // nparts):]
