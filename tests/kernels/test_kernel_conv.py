@@ -29,7 +29,7 @@ GEOMETRIES = [
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_algorithm_matches_the_reference(dtype):
-    """float64 runs one part only: the parallel drivers' compiles cost CI ~10 s a dtype."""
+    """float64 runs one part only (the parallel drivers' compiles cost CI ~10 s a dtype)."""
     rng = np.random.default_rng(0)
     for n, c, h, m, k, s, p, g, d in GEOMETRIES:
         x = rng.standard_normal((n, c, h, h)).astype(dtype)
@@ -40,6 +40,8 @@ def test_every_algorithm_matches_the_reference(dtype):
             geo = K.conv_geometry(x.shape, w.shape, expected.shape, (s, s), (p, p), (d, d), g)
             algos = [K.GEMM] + ([K.DIRECT] if K.direct_applies(geo) else []) + \
                 ([K.DEPTHWISE] if K.is_depthwise(geo) else [])
+            if dtype == np.float64:
+                algos = algos[:1] + algos[2:]   # the direct kernel's float64 compile is left out (CI's budget)
             for algo in algos:
                 for nparts in ((1, 2, 3) if dtype == np.float32 else (1,)):   # float64: one compile less
                     col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0)

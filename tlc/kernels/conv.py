@@ -11,7 +11,7 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   than the arithmetic, and grouped ones.
 - ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-add loops per plane.
 
-Parts follow the contract of ``cpu.Contraction``: ``conv_part(x, w, bias, geo, acc, col, p, nparts)`` computes
+Parts follow the contract of ``cpu.Contraction``: ``part_<algorithm>(x, w, bias, geo, acc, col, p, nparts)`` computes
 part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a generated
 epilogue (Relu, Clip, a residual Add, a folded BatchNorm's scale) runs on that range on the same thread while it
 is in cache. ``conv_prepare(x, w, bias, geo, col, p, nprep)`` fills part of the im2col buffer before any part
@@ -453,32 +453,43 @@ def conv_prepare(x, w, bias, geo, col, p, nprep):
 
 
 @njit(cache=True, nogil=True)
-def conv_part(x, w, bias, geo, acc, col, p, nparts):
-    """Part ``p`` of ``nparts`` of the convolution into ``acc`` (bias included); returns the flat range written."""
+def part_depthwise(x, w, bias, geo, acc, col, p, nparts):
+    """Part ``p`` of ``nparts`` of a DEPTHWISE conv: a run of (image, channel) planes."""
+    hw = geo[HO] * geo[WO]
+    planes = geo[N] * geo[M]
+    q0, q1 = planes * p // nparts, planes * (p + 1) // nparts
+    _depthwise_flat(x, w, bias, geo, acc, col[p * (col.shape[0] // nparts):], q0, q1)
+    return q0 * hw, q1 * hw
+
+
+@njit(cache=True, nogil=True)
+def part_direct(x, w, bias, geo, acc, col, p, nparts):
+    """Part ``p`` of ``nparts`` of a DIRECT conv: a run of whole blocks of output channels."""
     n_all, m_all = geo[N], geo[M]
     hw = geo[HO] * geo[WO]
-    algo = geo[ALGO]
-    if algo == DEPTHWISE:
-        planes = n_all * m_all
-        q0, q1 = planes * p // nparts, planes * (p + 1) // nparts
-        _depthwise_flat(x, w, bias, geo, acc, col[p * (col.shape[0] // nparts):], q0, q1)
-        return q0 * hw, q1 * hw
-    if algo == DIRECT:   # parts of whole channel blocks
-        own = col[p * (col.shape[0] // nparts):]
-        blocks_per_image = (m_all + BLOCK - 1) // BLOCK
-        blocks = n_all * blocks_per_image
-        b0, b1 = blocks * p // nparts, blocks * (p + 1) // nparts
-        lo = (b0 // blocks_per_image) * m_all + min(m_all, (b0 % blocks_per_image) * BLOCK)
-        hi = (b1 // blocks_per_image) * m_all + min(m_all, (b1 % blocks_per_image) * BLOCK)
-        b = b0
-        while b < b1:
-            n = b // blocks_per_image
-            stop = min(b1, (n + 1) * blocks_per_image)
-            lo_m = (b - n * blocks_per_image) * BLOCK
-            hi_m = min(m_all, (stop - n * blocks_per_image) * BLOCK)
-            _direct_flat(x, w, bias, geo, acc, own, n, lo_m, hi_m)
-            b = stop
-        return lo * hw, hi * hw
+    own = col[p * (col.shape[0] // nparts):]
+    blocks_per_image = (m_all + BLOCK - 1) // BLOCK
+    blocks = n_all * blocks_per_image
+    b0, b1 = blocks * p // nparts, blocks * (p + 1) // nparts
+    lo = (b0 // blocks_per_image) * m_all + min(m_all, (b0 % blocks_per_image) * BLOCK)
+    hi = (b1 // blocks_per_image) * m_all + min(m_all, (b1 % blocks_per_image) * BLOCK)
+    b = b0
+    while b < b1:
+        n = b // blocks_per_image
+        stop = min(b1, (n + 1) * blocks_per_image)
+        lo_m = (b - n * blocks_per_image) * BLOCK
+        hi_m = min(m_all, (stop - n * blocks_per_image) * BLOCK)
+        _direct_flat(x, w, bias, geo, acc, own, n, lo_m, hi_m)
+        b = stop
+    return lo * hw, hi * hw
+
+
+@njit(cache=True, nogil=True)
+def part_gemm(x, w, bias, geo, acc, col, p, nparts):
+    """Part ``p`` of ``nparts`` of a GEMM conv in its mode: column tiles (returns (0, 0): strided slabs), whole
+    images, or a run of one batch's output rows."""
+    n_all, m_all = geo[N], geo[M]
+    hw = geo[HO] * geo[WO]
     k_all = geo[C] * geo[KH] * geo[KW]
     pointwise = col.shape[0] <= 1
     if geo[MODE] == TILES:
@@ -510,6 +521,17 @@ def conv_part(x, w, bias, geo, acc, col, p, nparts):
     return r0 * hw, r1 * hw
 
 
+#: the part function of each algorithm: an epilogue module links only its own (each linked level costs LLVM
+#: seconds of re-optimizing)
+PART_FUNCTIONS = {GEMM: "part_gemm", DIRECT: "part_direct", DEPTHWISE: "part_depthwise"}
+
+
+def conv_part(x, w, bias, geo, acc, col, p: int, nparts: int) -> tuple[int, int]:
+    """Part ``p`` of ``nparts`` of the convolution into ``acc`` (bias included); returns the flat range written
+    ((0, 0) for strided column tiles: see ``deferred``)."""
+    return globals()[PART_FUNCTIONS[int(geo[ALGO])]](x, w, bias, geo, acc, col, p, nparts)
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _prepare_parallel(x, w, bias, geo, col, nprep):
     for p in prange(nprep):
@@ -517,16 +539,41 @@ def _prepare_parallel(x, w, bias, geo, col, nprep):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _parts_parallel(x, w, bias, geo, out, col, nparts):
+def _gemm_parallel(x, w, bias, geo, out, col, nparts):
     for p in prange(nparts):
-        conv_part(x, w, bias, geo, out, col, p, nparts)
+        part_gemm(x, w, bias, geo, out, col, p, nparts)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _direct_parallel(x, w, bias, geo, out, col, nparts):
+    for p in prange(nparts):
+        part_direct(x, w, bias, geo, out, col, p, nparts)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _depthwise_parallel(x, w, bias, geo, out, col, nparts):
+    for p in prange(nparts):
+        part_depthwise(x, w, bias, geo, out, col, p, nparts)
+
+
+#: each algorithm's parallel driver (one per algorithm, for the reason of PART_FUNCTIONS)
+PARALLEL_DRIVERS = {GEMM: "_gemm_parallel", DIRECT: "_direct_parallel", DEPTHWISE: "_depthwise_parallel"}
+
+
+def parallel_driver(geo: np.ndarray):
+    return globals()[PARALLEL_DRIVERS[int(geo[ALGO])]]
+
+
+def part_function(geo: np.ndarray):
+    return globals()[PART_FUNCTIONS[int(geo[ALGO])]]
 
 
 def conv_run_parallel(x, w, bias, geo, out, col, nparts, nprep):
-    """Every part on Numba's pool (two functions: a parallel loop's body is compiled with all it calls)."""
+    """Every part on Numba's pool (a parallel loop's body is compiled with everything it calls: one driver per
+    algorithm, the im2col preparation apart)."""
     if nprep:
         _prepare_parallel(x, w, bias, geo, col, nprep)
-    _parts_parallel(x, w, bias, geo, out, col, nparts)
+    parallel_driver(geo)(x, w, bias, geo, out, col, nparts)
 
 
 def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
@@ -534,8 +581,9 @@ def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
     seconds of LLVM re-optimizing what it links in)."""
     for p in range(nprep):
         conv_prepare(x, w, bias, geo, col, p, nprep)
+    part = part_function(geo)
     for p in range(nparts):
-        conv_part(x, w, bias, geo, out, col, p, nparts)
+        part(x, w, bias, geo, out, col, p, nparts)
 
 
 def conv_run(x, w, bias, geo, out, col, nparts: int, nprep: int) -> None:

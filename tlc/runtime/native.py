@@ -390,7 +390,7 @@ class EpilogueImpl(StepImpl):
         options, cache = kernel_options(ctx), kernel_cache(ctx)
 
         def build(alias):
-            kernel = EpilogueKernel(plan, options, cache, CONV_PART, types, setup.nparts > 1,
+            kernel = EpilogueKernel(plan, options, cache, conv_contraction(setup.geo), types, setup.nparts > 1,
                                     alias=(0,) if in_place else None)
             const_shapes = [c.shape for c in kernel.constant_arrays]
             kernel.dims = np.asarray(kernel.layout.dims(setup.out_shape, ew_shapes + const_shapes), np.int64)
@@ -464,7 +464,11 @@ def _contraction_context(ctx: BindContext, sources: list) -> BindContext:
 
 
 # ---------------------------------------------------------------------------- convolution
-CONV_PART = Contraction("tlc.kernels.conv", "conv_part", before=4, after=1, prepare="conv_prepare")
+def conv_contraction(geo: np.ndarray) -> Contraction:
+    """The conv family's contraction for an epilogue module: the chosen algorithm's part function only."""
+    algo = int(geo[kconv.ALGO])
+    prepare = "conv_prepare" if algo == kconv.GEMM else None
+    return Contraction("tlc.kernels.conv", kconv.PART_FUNCTIONS[algo], before=4, after=1, prepare=prepare)
 
 
 class ConvSetup:
@@ -521,15 +525,16 @@ class ConvSetup:
         return (self.x, self.weights, self.bias, self.geo, acc, col)
 
 
-def compile_conv(types: tuple, parallel: bool) -> str:
-    """Compile (or load) the conv family's driver for these argument types."""
+def compile_conv(types: tuple, geo: np.ndarray, parallel: bool) -> str:
+    """Compile (or load) the conv family's driver of ``geo``'s algorithm for these argument types."""
     i64 = numba.types.int64
     if parallel:
-        kconv._prepare_parallel.compile(types[:4] + (types[5], i64))
-        kconv._parts_parallel.compile(types + (i64,))
+        kconv.parallel_driver(geo).compile(types + (i64,))
     else:
-        kconv.conv_part.compile(types + (i64, i64))
-        kconv.conv_prepare.compile(types[:4] + (types[5], i64, i64))
+        kconv.part_function(geo).compile(types + (i64, i64))
+    if geo[kconv.ALGO] == kconv.GEMM:
+        (kconv._prepare_parallel if parallel else kconv.conv_prepare).compile(
+            types[:4] + (types[5], i64) + (() if parallel else (i64,)))
     return "conv"
 
 
@@ -559,11 +564,14 @@ class ConvImpl(StepImpl):
         work.append(((setup.col_size,), setup.dtype))
         col = W(len(work) - 1)
         parallel = setup.nparts > 1
-        fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
-        native = [Call(fn, setup.args(out, col) + (setup.nparts, setup.nprep))]
+        if parallel or setup.nprep:
+            fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
+            native = [Call(fn, setup.args(out, col) + (setup.nparts, setup.nprep))]
+        else:   # one part on this thread: the algorithm's part function, called directly
+            native = [Call(kconv.part_function(setup.geo), setup.args(out, col) + (0, 1))]
         types = setup.types()
         return Bound(fallback, mode="native", note=setup.note,
-                     request=KernelRequest("conv", lambda alias: compile_conv(types, parallel),
+                     request=KernelRequest("conv", lambda alias: compile_conv(types, setup.geo, parallel),
                                            lambda kern, alias: native))
 
     def _numpy(self, ctx: BindContext, out: Ref, work: list) -> tuple[list[Call], str]:
