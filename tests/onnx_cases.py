@@ -195,3 +195,15 @@ def random_light_weights(model: onnx.ModelProto, rng: np.random.Generator) -> on
     del model.graph.node[:]
     model.graph.node.extend(kept)
     return model
+
+
+def tools_models():
+    """tools/models.py, the benchmark and real-model builders (tools/ is not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "models.py"
+    spec = importlib.util.spec_from_file_location("tlc_tools_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

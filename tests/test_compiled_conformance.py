@@ -14,7 +14,6 @@ group really compiled (``onnx_cases.CompiledRunner(strict_jit=True)``): a group 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import warnings
 from pathlib import Path
 
@@ -183,15 +182,7 @@ def _assert_close(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> No
                                    err_msg=name)
 
 
-def _load_models():
-    """tools/models.py (the benchmark-suite builders)."""
-    spec = importlib.util.spec_from_file_location("tlc_tools_models", ROOT / "tools" / "models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-models = _load_models()
+models = onnx_cases.tools_models()
 
 
 @functools.cache

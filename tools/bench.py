@@ -138,15 +138,7 @@ def cases(names: list[str], batches: list[int]) -> list[Case]:
 # ---------------------------------------------------------------------------- contenders
 def model_inputs(model, batch: int = 1) -> dict[str, np.ndarray]:
     """Fixed-seed float32 feeds; a symbolic dimension (the batch) gets ``batch``."""
-    rng = np.random.default_rng(0)
-    feeds = {}
-    inits = {t.name for t in model.graph.initializer}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        shape = [d.dim_value if d.HasField("dim_value") else batch for d in vi.type.tensor_type.shape.dim]
-        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
+    return models.random_feeds(model, batch)
 
 
 def ort_session(model, threads: int, level: str, optimized_path: str | None = None):

@@ -518,6 +518,19 @@ def build(name: str, batch: int = 1, small: bool = False) -> onnx.ModelProto:
     return builders[name](batch=batch, small=small)
 
 
+def random_feeds(model: onnx.ModelProto, batch: int = 1) -> dict[str, np.ndarray]:
+    """Fixed-seed float32 feeds for ``model``'s inputs; a symbolic dimension (the batch) gets ``batch``."""
+    rng = np.random.default_rng(0)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else batch for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
 def light_model_path(name: str) -> Path:
     """Path of one of the ONNX package's light models, e.g. ``resnet50`` -> light_resnet50.onnx."""
     return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"

@@ -9,27 +9,14 @@ failure (not strict, so it passes once the kernels land), its numbers stay a har
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
+import onnx_cases
 import pytest
 
 import tlc
 from tlc.io.onnx import from_onnx
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_models():
-    """tools/models.py (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("tlc_tools_models", ROOT / "tools" / "models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-models = _load_models()
+models = onnx_cases.tools_models()
 #: left to tools/bench.py (which checks their outputs against onnxruntime too), for CI's 10 minutes: chain100's
 #: one 100-op kernel takes ~4 s of Numba compile cold; vit (8 s) and mlp_mixer repeat what gpt2_block and the
 #: classic transformer tests cover (attention, LayerNormalization, GELU) but for their patch conv
@@ -40,16 +27,7 @@ DYNAMIC_BATCHES = (1, 3)
 
 
 def _feeds(model, batch: int) -> dict[str, np.ndarray]:
-    """Random float32 inputs; a symbolic dimension (the batch) gets ``batch``."""
-    rng = np.random.default_rng(0)
-    inits = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        shape = [d.dim_value if d.HasField("dim_value") else batch for d in vi.type.tensor_type.shape.dim]
-        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
+    return models.random_feeds(model, batch)
 
 
 def _ort_session(model):

@@ -277,6 +277,17 @@ def _gemm_rows(x, w, bias, geo, acc, col, col_off, n, m0, m1):
     _add_bias(acc, bias, n, m0, m1, hw)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _into_plane(xc, xp, start, wp, pt, pl):
+    """Copy the image plane ``xc`` [H, W] into the flat padded plane at ``xp[start:]`` (rows ``wp`` long, the
+    image at row ``pt``, column ``pl``; the border is the caller's)."""
+    for ih in range(xc.shape[0]):
+        row = start + (ih + pt) * wp + pl
+        src = xc[ih]
+        for j in range(xc.shape[1]):
+            xp[np.uint64(row + j)] = src[j]
+
+
 @njit(cache=True, nogil=True)
 def _gemm_tile(x, w, bias, geo, acc, col, own, n, j0, j1, pointwise):
     """Output columns [j0, j1) of image ``n``, every channel: the columns' im2col block gathered into
@@ -357,11 +368,7 @@ def _direct_flat(x, wp_, bias, geo, acc, scratch, n, m0, m1):
         xp[j] = 0.0
     for c in range(c_all):
         xc = x[n, c]
-        for ih in range(h):
-            row = c * plane + (ih + pt) * wp + pl
-            src = xc[ih]
-            for j in range(width):
-                xp[np.uint64(row + j)] = src[j]
+        _into_plane(xc, xp, c * plane, wp, pt, pl)
     has_bias = bias.shape[0] > 0
     for mb in range(m0 // BLOCK, (m1 + BLOCK - 1) // BLOCK):
         first = mb * BLOCK
@@ -416,11 +423,7 @@ def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
         n = q // c_all
         c = q - n * c_all
         xc = x[n, c]
-        for ih in range(h):
-            row = (ih + pt) * wp + pl
-            src = xc[ih]
-            for j in range(width):
-                xp[np.uint64(row + j)] = src[j]
+        _into_plane(xc, xp, 0, wp, pt, pl)
         b = bias[c] if has_bias else 0.0
         for j in range(size):
             op[j] = b
@@ -633,11 +636,7 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
         n = q // c_all
         c = q - n * c_all
         xc = x[n, c]
-        for ih in range(h):
-            row = (ih + pt) * wp + pl
-            src = xc[ih]
-            for j in range(width):
-                xp[np.uint64(row + j)] = src[j]
+        _into_plane(xc, xp, 0, wp, pt, pl)
         for j in range(size):
             full[j] = xp[j]
         for ki in range(kh):
