@@ -3,20 +3,22 @@
 One geometry vector describes every member (``conv_geometry``/``pool_geometry``: an int64 array, so one
 compiled function serves every shape), and the algorithm is a field of it, chosen per shape by ``choose``:
 
-- ``GEMM``: im2col (a Numba gather, parallel) and one single-threaded BLAS call per part; a 1x1 convolution
-  with stride 1 and no padding reads the input directly. The BLAS kernels win on large convolutions.
-- ``DIRECT``: four output planes accumulated together from prepacked weights (packed once at compile time as
-  [M/4, C/group, kh, kw, 4]), one input load per four multiply-adds; with stride 1 on a flat padded copy of the
-  image, so every tap is one long vector loop. For small convolutions, where im2col and a BLAS call cost more
-  than the arithmetic, and grouped ones.
-- ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-add loops per plane.
+- ``GEMM``: im2col (a Numba gather) and one single-threaded BLAS call per part; a 1x1 convolution with stride 1
+  and no padding reads the input directly. Parts are whole images, runs of one batch's output rows (after a
+  parallel im2col, ``conv_prepare``), or column tiles whose im2col block stays in L2 (large gathers, or few
+  output channels). The BLAS kernels win on large convolutions.
+- ``DIRECT`` (stride 1, whole blocks of four output channels per group): four output planes accumulated
+  together from weights packed once at compile time as [M/4, C/group, kh, kw, 4], one input load per four
+  multiply-adds, on a flat padded copy of the image so that every tap is one long vector loop. For small
+  convolutions, where im2col and a BLAS call cost more than the arithmetic.
+- ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-add loops per flat
+  plane (strided: every position computed, then subsampled).
 
-Parts follow the contract of ``cpu.Contraction``: ``part_<algorithm>(x, w, bias, geo, acc, col, p, nparts)`` computes
-part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a generated
-epilogue (Relu, Clip, a residual Add, a folded BatchNorm's scale) runs on that range on the same thread while it
-is in cache. ``conv_prepare(x, w, bias, geo, col, p, nprep)`` fills part of the im2col buffer before any part
-runs, when the parts split one image's output channels; with as many images as parts, each part gathers its
-own images' columns into its own slice of ``col`` instead.
+Parts follow the contract of ``cpu.Contraction``: ``part_<algorithm>(x, w, bias, geo, acc, col, p, nparts)``
+computes part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a
+generated epilogue (Relu, Clip, a residual Add, a folded BatchNorm's scale) runs on that range on the same thread
+while it is in cache; column tiles write strided slabs and return (0, 0) (``deferred``: the epilogue follows all
+parts). Each algorithm has its own part function and parallel driver, so a module links only the code it runs.
 
 Layout: NCHW (``LAYOUT`` 0). The geometry carries the layout so that channels-last members join the same
 family; today the channels-last convolution (``tlc.ConvNhwc``) still runs on its own library kernels.
