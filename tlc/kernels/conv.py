@@ -13,6 +13,11 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   convolutions, where im2col and a BLAS call cost more than the arithmetic.
 - ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-add loops per flat
   plane (strided: every position computed, then subsampled).
+- ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(2x2, 3x3). Weights transformed once at compile time
+  into 16 matrices U[16, M, C]; per chunk of 2x2 output tiles the input tiles are transformed into 16 blocks
+  (B^T d B), multiplied by U in 16 BLAS products (2.25x fewer multiply-adds than im2col), and transformed back
+  (A^T m A) into the output. Parts are chunks of tile rows (``TILES``, the epilogue deferred) or, when there are
+  too few tiles for every thread, (image, output-channel) rows of one shared input transform (``ROWS``).
 
 Parts follow the contract of ``cpu.Contraction``: ``part_<algorithm>(x, w, bias, geo, acc, col, p, nparts)``
 computes part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a
@@ -37,8 +42,8 @@ from .blas import gemm_f32, gemm_f64
 # geometry vector fields
 N, C, H, W, M, KH, KW, HO, WO, GROUP, SH, SW, DH, DW, PT, PL, LAYOUT, ALGO, MODE, KIND, TILE = range(21)
 GEO_SIZE = 21
-GEMM, DIRECT, DEPTHWISE = 0, 1, 2
-ALGO_NAMES = ("gemm", "direct", "depthwise")
+GEMM, DIRECT, DEPTHWISE, WINOGRAD = 0, 1, 2, 3
+ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd")
 IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
 #: a column tile's im2col block stays in L2: about this many elements (K x tile columns)
 TILE_ELEMS = 1 << 17
@@ -49,14 +54,33 @@ BLOCK = 4                     # output channels per direct-kernel block
 
 #: the cost model's rates on one core (2-core Zen 4 VM, thread CPU time; the sweep is recorded in
 #: docs/architecture.md). Direct: ~15 GMAC/s (stride 1, flat planes); BLAS
-#: ~90 GMAC/s on large products after ~10 us per call with its im2col set-up, the gather ~3 G elements/s.
+#: ~55 GMAC/s on products with many columns after ~10 us per call with its im2col set-up (a whole 3x3 conv of
+#: ResNet's first stage: 38 GMAC/s), the gather ~3 G elements/s.
 #: Measured: 8 -> 8 channels at 16x16 direct 8 us against im2col + BLAS 19 us; 64 -> 64 at 56x56 8.0 ms
 #: against 2.6 ms.
 DIRECT_MACS_PER_S = 15e9
 DEPTHWISE_MACS_PER_S = 2e9
-BLAS_MACS_PER_S = 90e9
+BLAS_MACS_PER_S = 55e9
+#: output columns (positions) from which a product reaches that rate: 512 -> 512 at 7x7 (49 columns) runs at
+#: ~35 GMAC/s
+BLAS_FULL_COLUMNS = 128
 BLAS_CALL_S = 10e-6
 IM2COL_ELEMS_PER_S = 3e9
+#: Winograd F(2x2, 3x3): its 16 products reach ~55 GMAC/s from 64 tiles a chunk on (16 tiles: half that), the
+#: input transform ~1.2 G and the output transform ~1.9 G transformed elements/s, ~2 us per BLAS call.
+#: Measured on one core against im2col + BLAS: 64 -> 64 at 56x56 2.05 ms against 3.0; 128 -> 128 at 28x28 1.6
+#: against 2.7; 512 -> 512 at 7x7 about even; 16 -> 16 at 128x128 1.75 against 1.55.
+WINO_MACS_PER_S = 55e9
+WINO_FULL_TILES = 64
+WINO_IN_ELEMS_PER_S = 1.2e9
+WINO_OUT_ELEMS_PER_S = 1.9e9
+WINO_CALL_S = 2e-6
+#: tiles x (C + M) of one chunk: its transformed blocks (16 times that: 1 MiB of float32) stay in L2; a chunk
+#: has at least WINO_FULL_TILES tiles, as the products slow down below (each streams its [M, C] matrix)
+WINO_CHUNK = 1 << 14
+#: elements between the 16 transformed blocks: blocks a multiple of 4 KiB apart fall in one L1 set, and the
+#: transforms, which touch all 16 at once, thrash it (the input transform ran 4x slower)
+WINO_PAD = 48
 #: work worth a parallel region (one costs ~5-10 us on this VM; a BLAS product's threshold is the same ~20 us)
 PARALLEL_MIN_S = 20e-6
 
@@ -77,8 +101,9 @@ def is_pointwise(geo: np.ndarray) -> bool:
 
 
 def deferred(geo: np.ndarray) -> bool:
-    """Whether the parts write strided slabs (column tiles), so that an epilogue must run after all of them."""
-    return bool(geo[ALGO] == GEMM and geo[MODE] == TILES)
+    """Whether the parts write strided slabs (column tiles, Winograd's tile rows of every channel), so that an
+    epilogue must run after all of them."""
+    return bool(geo[ALGO] in (GEMM, WINOGRAD) and geo[MODE] == TILES)
 
 
 def is_depthwise(geo: np.ndarray) -> bool:
@@ -89,24 +114,54 @@ def macs(geo: np.ndarray) -> int:
     return int(geo[N] * geo[M] * geo[HO] * geo[WO] * (geo[C] // geo[GROUP]) * geo[KH] * geo[KW])
 
 
+def winograd_applies(geo: np.ndarray) -> bool:
+    """Whether Winograd F(2x2, 3x3) takes this shape: a 3x3 kernel, stride 1, no dilation, one group."""
+    return bool(geo[KH] == geo[KW] == 3 and geo[SH] == geo[SW] == 1 and geo[DH] == geo[DW] == 1
+                and geo[GROUP] == 1)
+
+
+def _winograd_rows(geo) -> int:
+    """Tile rows per Winograd chunk (a tile row: 2 output rows, ``ceil(WO / 2)`` tiles)."""
+    tw = (geo[WO] + 1) // 2
+    return int(max(1, max(WINO_FULL_TILES, WINO_CHUNK // (geo[C] + geo[M])) // tw))
+
+
+def _winograd_scratch(geo) -> int:
+    """One part's Winograd scratch: a chunk's 16 transformed input and output blocks, and the input rows."""
+    tw = (geo[WO] + 1) // 2
+    tiles = min(int(geo[TILE]), int(geo[N] * ((geo[HO] + 1) // 2))) * tw
+    return int(16 * (geo[C] * tiles + WINO_PAD) + 16 * (geo[M] * tiles + WINO_PAD) + 4 * (2 * tw + 2))
+
+
 def seconds(geo: np.ndarray, algo: int) -> float:
     """The cost model's time for the whole convolution with ``algo`` on one core."""
     work = macs(geo)
+    if algo == WINOGRAD:
+        if not winograd_applies(geo):
+            return np.inf
+        tw, rows = (geo[WO] + 1) // 2, int(geo[N] * ((geo[HO] + 1) // 2))
+        tiles = rows * tw
+        per_chunk = min(_winograd_rows(geo), rows)
+        chunk = per_chunk * tw
+        rate = WINO_MACS_PER_S * min(1.0, (chunk / WINO_FULL_TILES) ** 0.5)
+        return 16 * geo[M] * geo[C] * tiles / rate + 16 * -(-rows // per_chunk) * WINO_CALL_S + \
+            16 * tiles * (geo[C] / WINO_IN_ELEMS_PER_S + geo[M] / WINO_OUT_ELEMS_PER_S)
     if algo == DEPTHWISE:   # strided: computed at every position, then subsampled
         return work * geo[SH] * geo[SW] / DEPTHWISE_MACS_PER_S
     if algo == DIRECT:   # stride 1 with whole blocks per group only (a row-wise form reached ~6 GMAC/s: dropped)
         return work / DIRECT_MACS_PER_S if direct_applies(geo) else np.inf
     k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
     gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * geo[HO] * geo[WO]
-    return work / BLAS_MACS_PER_S + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
+    rate = BLAS_MACS_PER_S * min(1.0, (geo[HO] * geo[WO] / BLAS_FULL_COLUMNS) ** 0.5)
+    return work / rate + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
 
 
 def choose(geo: np.ndarray) -> int:
-    """The algorithm for this shape: depthwise when it is one, else the cheaper of direct and im2col + BLAS by
-    the cost model."""
+    """The algorithm for this shape: depthwise when it is one, else the cheapest of im2col + BLAS, direct and
+    Winograd by the cost model."""
     if is_depthwise(geo):
         return DEPTHWISE
-    return DIRECT if seconds(geo, DIRECT) < seconds(geo, GEMM) else GEMM
+    return min((GEMM, DIRECT, WINOGRAD), key=lambda algo: seconds(geo, algo))
 
 
 def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
@@ -118,6 +173,21 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
     nparts = threads if threads > 1 and seconds(geo, int(geo[ALGO])) >= least else 1
     if geo[ALGO] == DIRECT and not direct_applies(geo):
         raise ValueError("the direct kernel takes stride 1 and whole blocks of output channels per group only")
+    if geo[ALGO] == WINOGRAD:
+        if not winograd_applies(geo):
+            raise ValueError("Winograd F(2x2, 3x3) takes 3x3 kernels, stride 1, no dilation, one group only")
+        geo[TILE] = _winograd_rows(geo)
+        rows, tw = int(geo[N] * ((geo[HO] + 1) // 2)), int((geo[WO] + 1) // 2)
+        if nparts > 1 and rows * tw < nparts * WINO_FULL_TILES and geo[N] * geo[M] >= nparts:
+            # few tiles: every part reads the whole transformed input and computes its run of output channels
+            geo[MODE] = ROWS
+            shared, _ = _winograd_shared(geo)
+            most = min(int(geo[M]), -(-int(geo[N] * geo[M]) // nparts))
+            per_part = 4 * (2 * tw + 2) + 16 * (most * (rows // int(geo[N])) * tw + WINO_PAD)
+            return shared + nparts * per_part, nparts, nparts
+        geo[MODE] = TILES
+        parts = max(1, min(nparts, rows))
+        return parts * _winograd_scratch(geo), parts, 0
     if geo[ALGO] != GEMM:
         parts = max(1, min(nparts, int(geo[N] * geo[M])))
         per_part = _flat_plane_size(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo)
@@ -174,7 +244,11 @@ def _flat_dims(h, width, kh, kw, ho, wo, dh, dw, pt, pl):
 
 def pack_weights(w: np.ndarray, geo: np.ndarray) -> np.ndarray:
     """Weights [M, C/group, kh, kw] in the layout the algorithm reads, flat: as they are for GEMM and
-    DEPTHWISE, [M/4, C/group, kh, kw, 4] (zero-padded to whole blocks) for DIRECT."""
+    DEPTHWISE, [M/4, C/group, kh, kw, 4] (zero-padded to whole blocks) for DIRECT, and for WINOGRAD the 16
+    transformed matrices [16, M, C] (``G w G^T``, computed in float64)."""
+    if geo[ALGO] == WINOGRAD:
+        u = np.einsum("ai,mcij,bj->abmc", _WINO_G, np.asarray(w, np.float64), _WINO_G)
+        return np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]), w.dtype).reshape(-1)
     if geo[ALGO] != DIRECT:
         return np.ascontiguousarray(w).reshape(-1)
     m, cg, kh, kw = w.shape
@@ -182,6 +256,10 @@ def pack_weights(w: np.ndarray, geo: np.ndarray) -> np.ndarray:
     packed = np.zeros((blocks * BLOCK, cg, kh, kw), w.dtype)
     packed[:m] = w
     return np.ascontiguousarray(packed.reshape(blocks, BLOCK, cg, kh, kw).transpose(0, 2, 3, 4, 1)).reshape(-1)
+
+
+#: Winograd F(2x2, 3x3)'s weight transform (its input and output transforms are written out in the kernel)
+_WINO_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -447,14 +525,147 @@ def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
                     dst[j] = op[np.uint64(row + j * sw)]
 
 
+
+@njit(cache=True, nogil=True)
+def _winograd_input(x, geo, scr, vo, si, tiles, g0, g1, gbase, rb):
+    """Winograd F(2x2, 3x3)'s input transform of the batch's tile rows [g0, g1) (row ``g``: image ``g // th``,
+    output rows 2*(g % th) and the next): each tile's 4x4 input patch ``d`` (zero outside the image) becomes
+    ``B^T d B``, whose 16 values go to 16 blocks [C, tiles] at ``scr[vo + k * si]``, in column
+    ``(g - gbase) * tw + tx``. ``rb``: four padded input rows of scratch."""
+    c_all, h, width, ho, wo, pt, pl = geo[C], geo[H], geo[W], geo[HO], geo[WO], geo[PT], geo[PL]
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    wp = 2 * tw + 2
+    c0, c1 = max(0, pl), min(wp, pl + width)
+    for c in range(c_all):
+        for g in range(g0, g1):
+            n = g // th
+            ty = g - n * th
+            for i in range(4):   # the patch rows, zero-padded to whole tiles
+                ih = 2 * ty + i - pt
+                base = i * wp
+                if ih < 0 or ih >= h:
+                    for j in range(wp):
+                        rb[base + j] = 0.0
+                    continue
+                src = x[n, c, ih]
+                for j in range(c0):
+                    rb[base + j] = 0.0
+                for j in range(c0, c1):
+                    rb[base + j] = src[j - pl]
+                for j in range(c1, wp):
+                    rb[base + j] = 0.0
+            q0 = vo + c * tiles + (g - gbase) * tw
+            for tx in range(tw):
+                o = 2 * tx
+                d00, d01, d02, d03 = rb[o], rb[o + 1], rb[o + 2], rb[o + 3]
+                o += wp
+                d10, d11, d12, d13 = rb[o], rb[o + 1], rb[o + 2], rb[o + 3]
+                o += wp
+                d20, d21, d22, d23 = rb[o], rb[o + 1], rb[o + 2], rb[o + 3]
+                o += wp
+                d30, d31, d32, d33 = rb[o], rb[o + 1], rb[o + 2], rb[o + 3]
+                a0, a1, a2, a3 = d00 - d20, d01 - d21, d02 - d22, d03 - d23
+                b0, b1, b2, b3 = d10 + d20, d11 + d21, d12 + d22, d13 + d23
+                e0, e1, e2, e3 = d20 - d10, d21 - d11, d22 - d12, d23 - d13
+                f0, f1, f2, f3 = d10 - d30, d11 - d31, d12 - d32, d13 - d33
+                q = q0 + tx
+                scr[q], scr[q + si], scr[q + 2 * si], scr[q + 3 * si] = a0 - a2, a1 + a2, a2 - a1, a1 - a3
+                q += 4 * si
+                scr[q], scr[q + si], scr[q + 2 * si], scr[q + 3 * si] = b0 - b2, b1 + b2, b2 - b1, b1 - b3
+                q += 4 * si
+                scr[q], scr[q + si], scr[q + 2 * si], scr[q + 3 * si] = e0 - e2, e1 + e2, e2 - e1, e1 - e3
+                q += 4 * si
+                scr[q], scr[q + si], scr[q + 2 * si], scr[q + 3 * si] = f0 - f2, f1 + f2, f2 - f1, f1 - f3
+
+
+@njit(cache=True, nogil=True)
+def _winograd_output(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1):
+    """Winograd's output transform: output channels [m0, m1) of tile rows [g0, g1) from the 16 product blocks
+    [m1 - m0, tiles] at ``scr[oo + k * so]`` (tile column ``(g - gbase) * tw + tx``): ``A^T m A`` and the bias
+    into each tile's 2x2 outputs; outputs past HO or WO (a ragged last tile) are not written."""
+    m_all, ho, wo = geo[M], geo[HO], geo[WO]
+    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    out = acc.reshape(-1)
+    hw = ho * wo
+    pairs = wo // 2
+    has_bias = bias.shape[0] > 0
+    for m in range(m0, m1):
+        bv = bias[m] if has_bias else 0.0
+        for g in range(g0, g1):
+            n = g // th
+            ty = g - n * th
+            q0 = oo + (m - m0) * tiles + (g - gbase) * tw
+            r0 = (n * m_all + m) * hw + 2 * ty * wo
+            r1 = r0 + wo if 2 * ty + 1 < ho else -1
+            for tx in range(tw):
+                q = q0 + tx
+                m00, m01, m02, m03 = scr[q], scr[q + so], scr[q + 2 * so], scr[q + 3 * so]
+                q += 4 * so
+                m10, m11, m12, m13 = scr[q], scr[q + so], scr[q + 2 * so], scr[q + 3 * so]
+                q += 4 * so
+                m20, m21, m22, m23 = scr[q], scr[q + so], scr[q + 2 * so], scr[q + 3 * so]
+                q += 4 * so
+                m30, m31, m32, m33 = scr[q], scr[q + so], scr[q + 2 * so], scr[q + 3 * so]
+                p0, p1, p2, p3 = m00 + m10 + m20, m01 + m11 + m21, m02 + m12 + m22, m03 + m13 + m23
+                s0, s1, s2, s3 = m10 - m20 - m30, m11 - m21 - m31, m12 - m22 - m32, m13 - m23 - m33
+                j = r0 + 2 * tx
+                out[j] = p0 + p1 + p2 + bv
+                if tx < pairs:
+                    out[j + 1] = p1 - p2 - p3 + bv
+                if r1 >= 0:
+                    j = r1 + 2 * tx
+                    out[j] = s0 + s1 + s2 + bv
+                    if tx < pairs:
+                        out[j + 1] = s1 - s2 - s3 + bv
+
+
+@njit(cache=True, nogil=True)
+def _winograd_chunk(x, u, bias, geo, acc, scr, g0, g1):
+    """Tile rows [g0, g1) of the batch, every output channel, by Winograd F(2x2, 3x3): the input transform into
+    16 blocks [C, tiles], 16 BLAS products with the transformed weights ``u`` [16, M, C] into 16 blocks
+    [M, tiles], the output transform."""
+    c_all, m_all = geo[C], geo[M]
+    tw = (geo[WO] + 1) // 2
+    tiles = (g1 - g0) * tw
+    si, so = c_all * tiles + WINO_PAD, m_all * tiles + WINO_PAD
+    vo = 16 * si
+    rb = scr[vo + 16 * so:vo + 16 * so + 4 * (2 * tw + 2)]
+    _winograd_input(x, geo, scr, 0, si, tiles, g0, g1, g0, rb)
+    for k in range(16):
+        _gemm(m_all, tiles, c_all, u, k * m_all * c_all, c_all, scr, k * si, tiles, scr, vo + k * so, tiles)
+    _winograd_output(acc, bias, geo, scr, vo, so, tiles, g0, g1, g0, 0, m_all)
+
+
+def _winograd_shared(geo) -> tuple[int, int]:
+    """ROWS mode: (size, block stride) of the whole batch's transformed input, shared by every part."""
+    tiles = int(geo[N] * ((geo[HO] + 1) // 2) * ((geo[WO] + 1) // 2))
+    si = int(geo[C]) * tiles + WINO_PAD
+    return 16 * si, si
+
+
 # ---------------------------------------------------------------------------- parts
 @njit(cache=True, nogil=True)
-def conv_prepare(x, w, bias, geo, col, p, nprep):
+def prepare_gemm(x, w, bias, geo, col, p, nprep):
     """Part ``p`` of ``nprep`` of the batch's im2col (GEMM, ROWS mode; nothing otherwise)."""
-    if geo[ALGO] != GEMM or geo[MODE] != ROWS:
+    if geo[MODE] != ROWS:
         return
     rows = geo[N] * geo[C] * geo[KH] * geo[KW]
     _im2col_rows(x, geo, col, 0, rows * p // nprep, rows * (p + 1) // nprep)
+
+
+@njit(cache=True, nogil=True)
+def prepare_winograd(x, w, bias, geo, col, p, nprep):
+    """Part ``p`` of ``nprep`` of the batch's Winograd input transform (ROWS mode; nothing otherwise): into the
+    shared blocks at the start of ``col`` (see ``_winograd_shared``), with part ``p``'s own input rows after them."""
+    if geo[MODE] != ROWS:
+        return
+    th, tw = (geo[HO] + 1) // 2, (geo[WO] + 1) // 2
+    rows = geo[N] * th
+    tiles = rows * tw
+    si = geo[C] * tiles + WINO_PAD
+    wp = 2 * tw + 2
+    rb = col[16 * si + p * 4 * wp:16 * si + (p + 1) * 4 * wp]
+    _winograd_input(x, geo, col, 0, si, tiles, rows * p // nprep, rows * (p + 1) // nprep, 0, rb)
 
 
 @njit(cache=True, nogil=True)
@@ -526,9 +737,68 @@ def part_gemm(x, w, bias, geo, acc, col, p, nparts):
     return r0 * hw, r1 * hw
 
 
+@njit(cache=True, nogil=True)
+def part_winograd(x, w, bias, geo, acc, col, p, nparts):
+    """Part ``p`` of ``nparts`` of a WINOGRAD conv in its mode: a run of the batch's tile rows in chunks of
+    ``geo[TILE]`` rows (TILES; returns (0, 0): every channel's rows, strided), or a run of (image, output
+    channel) rows from the shared input transform (ROWS: for few tiles, where splitting them would leave each
+    part's products too narrow)."""
+    n_all, m_all, c_all = geo[N], geo[M], geo[C]
+    th, tw = (geo[HO] + 1) // 2, (geo[WO] + 1) // 2
+    if geo[MODE] == TILES:
+        rows = n_all * th
+        r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
+        own = col[p * (col.shape[0] // nparts):]
+        g = r0
+        while g < r1:
+            stop = min(r1, g + geo[TILE])
+            _winograd_chunk(x, w, bias, geo, acc, own, g, stop)
+            g = stop
+        return 0, 0
+    per_image = th * tw
+    tiles = n_all * per_image
+    si = c_all * tiles + WINO_PAD
+    rows = n_all * m_all
+    most = min(m_all, (rows + nparts - 1) // nparts)
+    so = most * per_image + WINO_PAD
+    oo = 16 * si + nparts * 4 * (2 * tw + 2) + p * 16 * so
+    r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
+    r = r0
+    while r < r1:
+        n = r // m_all
+        stop = min(r1, (n + 1) * m_all)
+        m0, m1 = r - n * m_all, stop - n * m_all
+        for k in range(16):
+            _gemm(m1 - m0, per_image, c_all, w, (k * m_all + m0) * c_all, c_all, col, k * si + n * per_image, tiles,
+                  col, oo + k * so, per_image)
+        _winograd_output(acc, bias, geo, col, oo, so, per_image, n * th, (n + 1) * th, n * th, m0, m1)
+        r = stop
+    hw = geo[HO] * geo[WO]
+    return r0 * hw, r1 * hw
+
+
 #: the part function of each algorithm: an epilogue module links only its own (each linked level costs LLVM
 #: seconds of re-optimizing)
-PART_FUNCTIONS = {GEMM: "part_gemm", DIRECT: "part_direct", DEPTHWISE: "part_depthwise"}
+PART_FUNCTIONS = {GEMM: "part_gemm", DIRECT: "part_direct", DEPTHWISE: "part_depthwise",
+                  WINOGRAD: "part_winograd"}
+
+
+#: the preparation each algorithm's ROWS mode runs on every part before any part (im2col, Winograd's input
+#: transform)
+PREPARE_FUNCTIONS = {GEMM: "prepare_gemm", WINOGRAD: "prepare_winograd"}
+
+
+def prepare_function(geo: np.ndarray):
+    """The algorithm's preparation, or None (the algorithm has none)."""
+    name = PREPARE_FUNCTIONS.get(int(geo[ALGO]))
+    return None if name is None else globals()[name]
+
+
+def conv_prepare(x, w, bias, geo, col, p: int, nprep: int) -> None:
+    """Part ``p`` of ``nprep`` of the algorithm's preparation (nothing where it has none)."""
+    fn = prepare_function(geo)
+    if fn is not None:
+        fn(x, w, bias, geo, col, p, nprep)
 
 
 def conv_part(x, w, bias, geo, acc, col, p: int, nparts: int) -> tuple[int, int]:
@@ -538,9 +808,20 @@ def conv_part(x, w, bias, geo, acc, col, p: int, nparts: int) -> tuple[int, int]
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _prepare_parallel(x, w, bias, geo, col, nprep):
+def _prepare_gemm_parallel(x, w, bias, geo, col, nprep):
     for p in prange(nprep):
-        conv_prepare(x, w, bias, geo, col, p, nprep)
+        prepare_gemm(x, w, bias, geo, col, p, nprep)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _prepare_winograd_parallel(x, w, bias, geo, col, nprep):
+    for p in prange(nprep):
+        prepare_winograd(x, w, bias, geo, col, p, nprep)
+
+
+def parallel_prepare(geo: np.ndarray):
+    """The parallel driver of the algorithm's preparation, or None."""
+    return {GEMM: _prepare_gemm_parallel, WINOGRAD: _prepare_winograd_parallel}.get(int(geo[ALGO]))
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -561,8 +842,15 @@ def _depthwise_parallel(x, w, bias, geo, out, col, nparts):
         part_depthwise(x, w, bias, geo, out, col, p, nparts)
 
 
+@njit(cache=True, nogil=True, parallel=True)
+def _winograd_parallel(x, w, bias, geo, out, col, nparts):
+    for p in prange(nparts):
+        part_winograd(x, w, bias, geo, out, col, p, nparts)
+
+
 #: each algorithm's parallel driver (one per algorithm, for the reason of PART_FUNCTIONS)
-PARALLEL_DRIVERS = {GEMM: "_gemm_parallel", DIRECT: "_direct_parallel", DEPTHWISE: "_depthwise_parallel"}
+PARALLEL_DRIVERS = {GEMM: "_gemm_parallel", DIRECT: "_direct_parallel", DEPTHWISE: "_depthwise_parallel",
+                    WINOGRAD: "_winograd_parallel"}
 
 
 def parallel_driver(geo: np.ndarray):
@@ -575,9 +863,9 @@ def part_function(geo: np.ndarray):
 
 def conv_run_parallel(x, w, bias, geo, out, col, nparts, nprep):
     """Every part on Numba's pool (a parallel loop's body is compiled with everything it calls: one driver per
-    algorithm, the im2col preparation apart)."""
+    algorithm, the preparation apart)."""
     if nprep:
-        _prepare_parallel(x, w, bias, geo, col, nprep)
+        parallel_prepare(geo)(x, w, bias, geo, col, nprep)
     parallel_driver(geo)(x, w, bias, geo, out, col, nparts)
 
 

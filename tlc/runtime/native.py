@@ -467,7 +467,7 @@ def _contraction_context(ctx: BindContext, sources: list) -> BindContext:
 def conv_contraction(geo: np.ndarray) -> Contraction:
     """The conv family's contraction for an epilogue module: the chosen algorithm's part function only."""
     algo = int(geo[kconv.ALGO])
-    prepare = "conv_prepare" if algo == kconv.GEMM else None
+    prepare = kconv.PREPARE_FUNCTIONS.get(algo)
     return Contraction("tlc.kernels.conv", kconv.PART_FUNCTIONS[algo], before=4, after=1, prepare=prepare)
 
 
@@ -495,8 +495,8 @@ class ConvSetup:
         self.geo = kconv.conv_geometry(x, w, y, window.strides, begin, window.dilations,
                                        int(attrs.get("group", 1)))
         algo = kconv.choose(self.geo)
-        if weights is None and algo == kconv.DIRECT:   # weights fed at run time: the algorithms that read them as
-            algo = kconv.GEMM                            # they come, no packing
+        if weights is None and algo in (kconv.DIRECT, kconv.WINOGRAD):   # weights fed at run time: the
+            algo = kconv.GEMM                                              # algorithm that reads them unpacked
         self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo)
         self.weights: Any = F(ctx.inputs[1]) if weights is None else \
             kconv.pack_weights(np.asarray(weights, self.dtype), self.geo)
@@ -532,9 +532,9 @@ def compile_conv(types: tuple, geo: np.ndarray, parallel: bool) -> str:
         kconv.parallel_driver(geo).compile(types + (i64,))
     else:
         kconv.part_function(geo).compile(types + (i64, i64))
-    if geo[kconv.ALGO] == kconv.GEMM:
-        (kconv._prepare_parallel if parallel else kconv.conv_prepare).compile(
-            types[:4] + (types[5], i64) + (() if parallel else (i64,)))
+    prepare = kconv.parallel_prepare(geo) if parallel else kconv.prepare_function(geo)
+    if prepare is not None:
+        prepare.compile(types[:4] + (types[5], i64) + (() if parallel else (i64,)))
     return "conv"
 
 
