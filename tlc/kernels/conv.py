@@ -12,7 +12,7 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   multiply-adds, on a flat padded copy of the image so that every tap is one long vector loop. For small
   convolutions, where im2col and a BLAS call cost more than the arithmetic.
 - ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-add loops per flat
-  plane (strided: every position computed, then subsampled).
+  plane, a strided conv on the plane's stride phases (``_into_phases``: every output computed once).
 - ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(2x2, 3x3). Weights transformed once at compile time
   into 16 matrices U[16, M, C]; per chunk of 2x2 output tiles the input tiles are transformed into 16 blocks
   (B^T d B), multiplied by U in 16 BLAS products (2.25x fewer multiply-adds than im2col), and transformed back
@@ -66,15 +66,16 @@ BLAS_MACS_PER_S = 55e9
 BLAS_FULL_COLUMNS = 128
 BLAS_CALL_S = 10e-6
 IM2COL_ELEMS_PER_S = 3e9
-#: Winograd F(2x2, 3x3): its 16 products reach ~55 GMAC/s from 64 tiles a chunk on (16 tiles: half that), the
-#: input transform ~1.2 G and the output transform ~1.9 G transformed elements/s, ~2 us per BLAS call.
-#: Measured on one core against im2col + BLAS: 64 -> 64 at 56x56 2.05 ms against 3.0; 128 -> 128 at 28x28 1.6
-#: against 2.7; 512 -> 512 at 7x7 about even; 16 -> 16 at 128x128 1.75 against 1.55.
+#: Winograd F(2x2, 3x3): its 16 products reach ~55 GMAC/s from 64 tiles a chunk on (16 tiles: 0.4 of it, as
+#: each product packs its whole [M, C] matrix), the input transform ~4.5 G and the output transform ~6 G
+#: transformed elements/s (unit-stride vector loops over a chunk's slots; 2-3.5 G on 7x7 planes), ~0.5 us per
+#: BLAS call. Measured on one core against im2col + BLAS: 64 -> 64 at 56x56 1.23 ms against 3.08; 128 -> 128
+#: at 28x28 1.28 against 2.69; 48 -> 16 at 128x128 1.61 against 4.67; 512 -> 512 at 7x7 3.4 against 3.4.
 WINO_MACS_PER_S = 55e9
 WINO_FULL_TILES = 64
-WINO_IN_ELEMS_PER_S = 1.2e9
-WINO_OUT_ELEMS_PER_S = 1.9e9
-WINO_CALL_S = 2e-6
+WINO_IN_ELEMS_PER_S = 4.5e9
+WINO_OUT_ELEMS_PER_S = 6e9
+WINO_CALL_S = 0.5e-6
 #: tiles x (C + M) of one chunk: its transformed blocks (16 times that: 1 MiB of float32) stay in L2; a chunk
 #: has at least WINO_FULL_TILES tiles, as the products slow down below (each streams its [M, C] matrix)
 WINO_CHUNK = 1 << 14
@@ -127,10 +128,12 @@ def _winograd_rows(geo) -> int:
 
 
 def _winograd_scratch(geo) -> int:
-    """One part's Winograd scratch: a chunk's 16 transformed input and output blocks, and the input rows."""
+    """One part's Winograd scratch (TILES): a chunk's 16 transformed input and output blocks, and the input
+    transform's rows (the output transform reuses them)."""
     tw = (geo[WO] + 1) // 2
-    tiles = min(int(geo[TILE]), int(geo[N] * ((geo[HO] + 1) // 2))) * tw
-    return int(16 * (geo[C] * tiles + WINO_PAD) + 16 * (geo[M] * tiles + WINO_PAD) + 4 * (2 * tw + 2))
+    rows = min(int(geo[TILE]), int(geo[N] * ((geo[HO] + 1) // 2)))
+    slots = rows * (tw + 1)
+    return int(16 * (geo[C] * slots + WINO_PAD) + 16 * (geo[M] * slots + WINO_PAD) + _winograd_q(rows, tw))
 
 
 def seconds(geo: np.ndarray, algo: int) -> float:
@@ -140,14 +143,14 @@ def seconds(geo: np.ndarray, algo: int) -> float:
         if not winograd_applies(geo):
             return np.inf
         tw, rows = (geo[WO] + 1) // 2, int(geo[N] * ((geo[HO] + 1) // 2))
-        tiles = rows * tw
+        tiles, slots = rows * tw, rows * (tw + 1)   # products run over every slot, one junk a tile row
         per_chunk = min(_winograd_rows(geo), rows)
         chunk = per_chunk * tw
-        rate = WINO_MACS_PER_S * min(1.0, (chunk / WINO_FULL_TILES) ** 0.5)
-        return 16 * geo[M] * geo[C] * tiles / rate + 16 * -(-rows // per_chunk) * WINO_CALL_S + \
+        rate = WINO_MACS_PER_S * min(1.0, (chunk / WINO_FULL_TILES) ** (2 / 3))
+        return 16 * geo[M] * geo[C] * slots / rate + 16 * -(-rows // per_chunk) * WINO_CALL_S + \
             16 * tiles * (geo[C] / WINO_IN_ELEMS_PER_S + geo[M] / WINO_OUT_ELEMS_PER_S)
-    if algo == DEPTHWISE:   # strided: computed at every position, then subsampled
-        return work * geo[SH] * geo[SW] / DEPTHWISE_MACS_PER_S
+    if algo == DEPTHWISE:
+        return work / DEPTHWISE_MACS_PER_S
     if algo == DIRECT:   # stride 1 with whole blocks per group only (a row-wise form reached ~6 GMAC/s: dropped)
         return work / DIRECT_MACS_PER_S if direct_applies(geo) else np.inf
     k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
@@ -181,16 +184,14 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         if nparts > 1 and rows * tw < nparts * WINO_FULL_TILES and geo[N] * geo[M] >= nparts:
             # few tiles: every part reads the whole transformed input and computes its run of output channels
             geo[MODE] = ROWS
-            shared, _ = _winograd_shared(geo)
-            most = min(int(geo[M]), -(-int(geo[N] * geo[M]) // nparts))
-            per_part = 4 * (2 * tw + 2) + 16 * (most * (rows // int(geo[N])) * tw + WINO_PAD)
-            return shared + nparts * per_part, nparts, nparts
+            si, q_size, so, per_image = _winograd_rows_layout(geo, nparts)
+            return int(16 * si + nparts * (q_size + 16 * so + 4 * per_image)), nparts, nparts
         geo[MODE] = TILES
         parts = max(1, min(nparts, rows))
         return parts * _winograd_scratch(geo), parts, 0
     if geo[ALGO] != GEMM:
         parts = max(1, min(nparts, int(geo[N] * geo[M])))
-        per_part = _flat_plane_size(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo)
+        per_part = _phase_scratch(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo)
         return parts * per_part, parts, 0
     k_all = int(geo[C] * geo[KH] * geo[KW])
     hw = int(geo[HO] * geo[WO])
@@ -212,7 +213,7 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
 
 
 def _flat(geo) -> bool:
-    """Whether the depthwise kernel runs on a flat padded plane (stride 1): one long vector loop per tap."""
+    """Whether the direct kernel's flat padded plane serves this shape (stride 1): one long vector loop per tap."""
     return bool(geo[SH] == 1 and geo[SW] == 1)
 
 
@@ -227,11 +228,54 @@ def _direct_scratch(geo) -> int:
     return geo[C] * (hp * wp + wp) + BLOCK * geo[HO] * wp
 
 
-def _flat_plane_size(geo) -> int:
-    """The depthwise kernel's scratch per part: the padded plane and the full-rate output rows."""
-    hf, wf = (geo[HO] - 1) * geo[SH] + 1, (geo[WO] - 1) * geo[SW] + 1
-    wp, hp = _flat_dims(geo[H], geo[W], geo[KH], geo[KW], hf, wf, geo[DH], geo[DW], geo[PT], geo[PL])
-    return hp * wp + wp + hf * wp
+def _phase_scratch(geo) -> int:
+    """The depthwise and pooling kernels' scratch per part: the padded plane split into its stride phases
+    (``_into_phases``), and the output rows ``wq`` wide."""
+    hq, wq = _phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])
+    return int(geo[SH] * geo[SW] * (hq * wq + wq) + geo[HO] * wq)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw):
+    """Rows and row length of one stride phase of the padded plane a window kernel reads flat."""
+    return ho + ((kh - 1) * dh) // sh, wo + ((kw - 1) * dw) // sw
+
+
+@njit(cache=True, nogil=True)
+def _into_phases(xc, ph, sh, sw, pt, pl, hq, wq):
+    """Copy the image plane ``xc`` [H, W] into its ``sh * sw`` stride phases in ``ph``: phase (a, b) is the flat
+    plane [hq, wq] (and ``wq`` of slack) of the padded plane's rows a, a + sh, ... and columns b, b + sw, ...
+    Only the image's own elements are written: the caller fills ``ph`` with the pad value once. Tap (ki, kj) of
+    a strided window is then one unit-stride loop over the flat output, in phase ((ki*dh) % sh, (kj*dw) % sw)
+    shifted by ((ki*dh) // sh) rows and ((kj*dw) // sw) columns (``_phase_offset``): every output is computed
+    once (computing every stride-1 position and subsampling did 4x the work at stride 2). Stride 1 is one
+    phase: the padded plane."""
+    h, width = xc.shape
+    plane = hq * wq + wq
+    for a in range(sh):
+        i_lo = min(hq, (pt - a + sh - 1) // sh)
+        i_hi = min(hq, max(i_lo, (h + pt - a + sh - 1) // sh))
+        for b in range(sw):
+            base = (a * sw + b) * plane
+            j_lo = min(wq, (pl - b + sw - 1) // sw)
+            j_hi = min(wq, max(j_lo, (width + pl - b + sw - 1) // sw))
+            c0 = j_lo * sw + b - pl
+            for i in range(i_lo, i_hi):
+                src = xc[i * sh + a - pt]
+                row = base + i * wq + j_lo
+                if sw == 1:
+                    for j in range(j_hi - j_lo):
+                        ph[np.uint64(row + j)] = src[np.uint64(c0 + j)]
+                else:
+                    for j in range(j_hi - j_lo):
+                        ph[np.uint64(row + j)] = src[np.uint64(c0 + j * sw)]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _phase_offset(ki, kj, sw, sh, dh, dw, hq, wq):
+    """Where tap (ki, kj) starts in the phases of ``_into_phases``."""
+    r, c = ki * dh, kj * dw
+    return ((r % sh) * sw + c % sw) * (hq * wq + wq) + (r // sh) * wq + c // sw
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -483,164 +527,193 @@ def _direct_flat(x, wp_, bias, geo, acc, scratch, n, m0, m1):
 
 @njit(cache=True, nogil=True)
 def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
-    """Depthwise planes on a flat padded copy: the conv at every stride-1 position of the rows the output needs
-    is computed ``wp`` wide, so each tap is one multiply-add loop over the whole plane, long enough for AVX-512's
-    64-element vector loops (a 14-wide row never reaches them); then every stride-th row and column is kept
-    (stride 2: 4x the arithmetic at 16 lanes beats a strided scalar loop, as for pooling)."""
-    c_all, h, width = geo[C], geo[H], geo[W]
+    """Depthwise planes [q0, q1) on the stride phases of each padded plane (``_into_phases``): each tap is one
+    multiply-add loop over the whole output ``wq`` wide, long enough for AVX-512's 64-element vector loops
+    (a 14-wide row never reaches them); then the output rows are copied out."""
+    c_all = geo[C]
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
-    hf, wf = (ho - 1) * sh + 1, (wo - 1) * sw + 1
-    wp, hp = _flat_dims(h, width, kh, kw, hf, wf, dh, dw, pt, pl)
-    plane = hp * wp + wp
-    size = hf * wp
-    xp = scratch[:plane]
-    op = scratch[plane:plane + size]
+    hq, wq = _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw)
+    phases = sh * sw * (hq * wq + wq)
+    size = ho * wq
+    ph = scratch[:phases]
+    op = scratch[phases:phases + size]
     has_bias = bias.shape[0] > 0
-    for j in range(plane):
-        xp[j] = 0.0
+    for j in range(phases):
+        ph[j] = 0.0
     for q in range(q0, q1):
         n = q // c_all
         c = q - n * c_all
-        xc = x[n, c]
-        _into_plane(xc, xp, 0, wp, pt, pl)
+        _into_phases(x[n, c], ph, sh, sw, pt, pl, hq, wq)
         b = bias[c] if has_bias else 0.0
         for j in range(size):
             op[j] = b
         for ki in range(kh):
             for kj in range(kw):
                 wv = w[c * kh * kw + ki * kw + kj]
-                base = ki * dh * wp + kj * dw
+                base = _phase_offset(ki, kj, sw, sh, dh, dw, hq, wq)
                 for j in range(size):
-                    op[np.uint64(j)] += wv * xp[np.uint64(j + base)]
+                    op[np.uint64(j)] += wv * ph[np.uint64(j + base)]
         o = acc[n, c]
         for oh in range(ho):
             dst = o[oh]
-            row = oh * sh * wp
-            if sw == 1:
-                for j in range(wo):
-                    dst[j] = op[np.uint64(row + j)]
-            else:
-                for j in range(wo):
-                    dst[j] = op[np.uint64(row + j * sw)]
-
+            row = oh * wq
+            for j in range(wo):
+                dst[j] = op[np.uint64(row + j)]
 
 
 @njit(cache=True, nogil=True)
-def _winograd_input(x, geo, scr, vo, si, tiles, g0, g1, gbase, rb):
+def _winograd_input(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
     """Winograd F(2x2, 3x3)'s input transform of the batch's tile rows [g0, g1) (row ``g``: image ``g // th``,
     output rows 2*(g % th) and the next): each tile's 4x4 input patch ``d`` (zero outside the image) becomes
     ``B^T d B``, whose 16 values go to 16 blocks [C, tiles] at ``scr[vo + k * si]``, in column
-    ``(g - gbase) * tw + tx``. ``rb``: four padded input rows of scratch."""
+    ``(g - gbase) * (tw + 1) + tx`` (``tw + 1`` slots a tile row: the last one is junk, so that a slot's input
+    columns are 2 * slot .. 2 * slot + 3 across the whole chunk and every loop runs its full length).
+    Per channel: the four input rows of every tile are copied into four planes [rows, 2 * tw + 2], combined in
+    place (B^T d), then each combined plane gives four blocks (d B) in one pass over the slots: long unit-stride
+    vector loops, where a loop per tile ran scalar. ``q``: ``_winograd_q(g1 - g0, tw)`` elements of scratch."""
     c_all, h, width, ho, wo, pt, pl = geo[C], geo[H], geo[W], geo[HO], geo[WO], geo[PT], geo[PL]
     th, tw = (ho + 1) // 2, (wo + 1) // 2
     wp = 2 * tw + 2
+    span = (g1 - g0) * wp
+    slots = (g1 - g0) * (tw + 1)
     c0, c1 = max(0, pl), min(wp, pl + width)
+    for j in range(4 * span + 4):
+        q[j] = 0.0
     for c in range(c_all):
-        for g in range(g0, g1):
-            n = g // th
-            ty = g - n * th
-            for i in range(4):   # the patch rows, zero-padded to whole tiles
+        for i in range(4):
+            for g in range(g0, g1):
+                n = g // th
+                ty = g - n * th
                 ih = 2 * ty + i - pt
-                base = i * wp
+                base = i * span + (g - g0) * wp
                 if ih < 0 or ih >= h:
-                    for j in range(wp):
-                        rb[base + j] = 0.0
+                    for j in range(c0, c1):
+                        q[np.uint64(base + j)] = 0.0
                     continue
                 src = x[n, c, ih]
-                for j in range(c0):
-                    rb[base + j] = 0.0
                 for j in range(c0, c1):
-                    rb[base + j] = src[j - pl]
-                for j in range(c1, wp):
-                    rb[base + j] = 0.0
-            q0 = vo + c * tiles + (g - gbase) * tw
-            for tx in range(tw):
-                o = 2 * tx
-                d00, d01, d02, d03 = rb[o], rb[o + 1], rb[o + 2], rb[o + 3]
-                o += wp
-                d10, d11, d12, d13 = rb[o], rb[o + 1], rb[o + 2], rb[o + 3]
-                o += wp
-                d20, d21, d22, d23 = rb[o], rb[o + 1], rb[o + 2], rb[o + 3]
-                o += wp
-                d30, d31, d32, d33 = rb[o], rb[o + 1], rb[o + 2], rb[o + 3]
-                a0, a1, a2, a3 = d00 - d20, d01 - d21, d02 - d22, d03 - d23
-                b0, b1, b2, b3 = d10 + d20, d11 + d21, d12 + d22, d13 + d23
-                e0, e1, e2, e3 = d20 - d10, d21 - d11, d22 - d12, d23 - d13
-                f0, f1, f2, f3 = d10 - d30, d11 - d31, d12 - d32, d13 - d33
-                q = q0 + tx
-                scr[q], scr[q + si], scr[q + 2 * si], scr[q + 3 * si] = a0 - a2, a1 + a2, a2 - a1, a1 - a3
-                q += 4 * si
-                scr[q], scr[q + si], scr[q + 2 * si], scr[q + 3 * si] = b0 - b2, b1 + b2, b2 - b1, b1 - b3
-                q += 4 * si
-                scr[q], scr[q + si], scr[q + 2 * si], scr[q + 3 * si] = e0 - e2, e1 + e2, e2 - e1, e1 - e3
-                q += 4 * si
-                scr[q], scr[q + si], scr[q + 2 * si], scr[q + 3 * si] = f0 - f2, f1 + f2, f2 - f1, f1 - f3
+                    q[np.uint64(base + j)] = src[np.uint64(j - pl)]
+        for j in range(span):   # B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3 (pad columns stay zero)
+            d0 = q[np.uint64(j)]
+            d1 = q[np.uint64(span + j)]
+            d2 = q[np.uint64(2 * span + j)]
+            d3 = q[np.uint64(3 * span + j)]
+            q[np.uint64(j)] = d0 - d2
+            q[np.uint64(span + j)] = d1 + d2
+            q[np.uint64(2 * span + j)] = d2 - d1
+            q[np.uint64(3 * span + j)] = d1 - d3
+        for r in range(4):      # (B^T d) B: slot t reads columns 2t .. 2t + 3 of combined row r
+            vb = r * span
+            ob = vo + c * tiles + (g0 - gbase) * (tw + 1) + 4 * r * si
+            for t in range(slots):
+                v0 = q[np.uint64(vb + 2 * t)]
+                v1 = q[np.uint64(vb + 2 * t + 1)]
+                v2 = q[np.uint64(vb + 2 * t + 2)]
+                v3 = q[np.uint64(vb + 2 * t + 3)]
+                scr[np.uint64(ob + t)] = v0 - v2
+                scr[np.uint64(ob + si + t)] = v1 + v2
+                scr[np.uint64(ob + 2 * si + t)] = v2 - v1
+                scr[np.uint64(ob + 3 * si + t)] = v1 - v3
 
 
 @njit(cache=True, nogil=True)
-def _winograd_output(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1):
+def _winograd_output(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo):
     """Winograd's output transform: output channels [m0, m1) of tile rows [g0, g1) from the 16 product blocks
-    [m1 - m0, tiles] at ``scr[oo + k * so]`` (tile column ``(g - gbase) * tw + tx``): ``A^T m A`` and the bias
-    into each tile's 2x2 outputs; outputs past HO or WO (a ragged last tile) are not written."""
+    [m1 - m0, tiles] at ``scr[oo + k * so]`` (slot ``(g - gbase) * (tw + 1) + tx``): ``A^T m A`` and the bias
+    into four planes of the tiles' corners (one unit-stride pass over the slots), then interleaved into the
+    output rows; outputs past HO or WO (a ragged last tile) are not written. ``eo``: ``4 * (g1 - g0) * (tw + 1)``
+    elements of scratch."""
     m_all, ho, wo = geo[M], geo[HO], geo[WO]
     th, tw = (ho + 1) // 2, (wo + 1) // 2
+    slots = (g1 - g0) * (tw + 1)
     out = acc.reshape(-1)
     hw = ho * wo
     pairs = wo // 2
     has_bias = bias.shape[0] > 0
     for m in range(m0, m1):
         bv = bias[m] if has_bias else 0.0
+        b = oo + (m - m0) * tiles + (g0 - gbase) * (tw + 1)
+        for t in range(slots):
+            m00 = scr[np.uint64(b + t)]
+            m01 = scr[np.uint64(b + so + t)]
+            m02 = scr[np.uint64(b + 2 * so + t)]
+            m03 = scr[np.uint64(b + 3 * so + t)]
+            m10 = scr[np.uint64(b + 4 * so + t)]
+            m11 = scr[np.uint64(b + 5 * so + t)]
+            m12 = scr[np.uint64(b + 6 * so + t)]
+            m13 = scr[np.uint64(b + 7 * so + t)]
+            m20 = scr[np.uint64(b + 8 * so + t)]
+            m21 = scr[np.uint64(b + 9 * so + t)]
+            m22 = scr[np.uint64(b + 10 * so + t)]
+            m23 = scr[np.uint64(b + 11 * so + t)]
+            m30 = scr[np.uint64(b + 12 * so + t)]
+            m31 = scr[np.uint64(b + 13 * so + t)]
+            m32 = scr[np.uint64(b + 14 * so + t)]
+            m33 = scr[np.uint64(b + 15 * so + t)]
+            p0, p1, p2, p3 = m00 + m10 + m20, m01 + m11 + m21, m02 + m12 + m22, m03 + m13 + m23
+            s0, s1, s2, s3 = m10 - m20 - m30, m11 - m21 - m31, m12 - m22 - m32, m13 - m23 - m33
+            eo[np.uint64(t)] = p0 + p1 + p2 + bv
+            eo[np.uint64(slots + t)] = p1 - p2 - p3 + bv
+            eo[np.uint64(2 * slots + t)] = s0 + s1 + s2 + bv
+            eo[np.uint64(3 * slots + t)] = s1 - s2 - s3 + bv
         for g in range(g0, g1):
             n = g // th
             ty = g - n * th
-            q0 = oo + (m - m0) * tiles + (g - gbase) * tw
+            src = (g - g0) * (tw + 1)
             r0 = (n * m_all + m) * hw + 2 * ty * wo
-            r1 = r0 + wo if 2 * ty + 1 < ho else -1
-            for tx in range(tw):
-                q = q0 + tx
-                m00, m01, m02, m03 = scr[q], scr[q + so], scr[q + 2 * so], scr[q + 3 * so]
-                q += 4 * so
-                m10, m11, m12, m13 = scr[q], scr[q + so], scr[q + 2 * so], scr[q + 3 * so]
-                q += 4 * so
-                m20, m21, m22, m23 = scr[q], scr[q + so], scr[q + 2 * so], scr[q + 3 * so]
-                q += 4 * so
-                m30, m31, m32, m33 = scr[q], scr[q + so], scr[q + 2 * so], scr[q + 3 * so]
-                p0, p1, p2, p3 = m00 + m10 + m20, m01 + m11 + m21, m02 + m12 + m22, m03 + m13 + m23
-                s0, s1, s2, s3 = m10 - m20 - m30, m11 - m21 - m31, m12 - m22 - m32, m13 - m23 - m33
-                j = r0 + 2 * tx
-                out[j] = p0 + p1 + p2 + bv
-                if tx < pairs:
-                    out[j + 1] = p1 - p2 - p3 + bv
-                if r1 >= 0:
-                    j = r1 + 2 * tx
-                    out[j] = s0 + s1 + s2 + bv
-                    if tx < pairs:
-                        out[j + 1] = s1 - s2 - s3 + bv
+            for j in range(pairs):
+                out[np.uint64(r0 + 2 * j)] = eo[np.uint64(src + j)]
+                out[np.uint64(r0 + 2 * j + 1)] = eo[np.uint64(slots + src + j)]
+            if wo % 2:
+                out[np.uint64(r0 + wo - 1)] = eo[np.uint64(src + pairs)]
+            if 2 * ty + 1 < ho:
+                r1 = r0 + wo
+                for j in range(pairs):
+                    out[np.uint64(r1 + 2 * j)] = eo[np.uint64(2 * slots + src + j)]
+                    out[np.uint64(r1 + 2 * j + 1)] = eo[np.uint64(3 * slots + src + j)]
+                if wo % 2:
+                    out[np.uint64(r1 + wo - 1)] = eo[np.uint64(2 * slots + src + pairs)]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _winograd_q(rows, tw):
+    """Scratch of ``_winograd_input`` for ``rows`` tile rows: four planes of input rows, and 4 of slack that the
+    last (junk) slot reads."""
+    return 4 * rows * (2 * tw + 2) + 4
 
 
 @njit(cache=True, nogil=True)
 def _winograd_chunk(x, u, bias, geo, acc, scr, g0, g1):
     """Tile rows [g0, g1) of the batch, every output channel, by Winograd F(2x2, 3x3): the input transform into
-    16 blocks [C, tiles], 16 BLAS products with the transformed weights ``u`` [16, M, C] into 16 blocks
-    [M, tiles], the output transform."""
+    16 blocks [C, slots], 16 BLAS products with the transformed weights ``u`` [16, M, C] into 16 blocks
+    [M, slots], the output transform."""
     c_all, m_all = geo[C], geo[M]
     tw = (geo[WO] + 1) // 2
-    tiles = (g1 - g0) * tw
-    si, so = c_all * tiles + WINO_PAD, m_all * tiles + WINO_PAD
+    slots = (g1 - g0) * (tw + 1)
+    si, so = c_all * slots + WINO_PAD, m_all * slots + WINO_PAD
     vo = 16 * si
-    rb = scr[vo + 16 * so:vo + 16 * so + 4 * (2 * tw + 2)]
-    _winograd_input(x, geo, scr, 0, si, tiles, g0, g1, g0, rb)
+    rest = vo + 16 * so
+    q = scr[rest:rest + _winograd_q(g1 - g0, tw)]
+    eo = scr[rest:rest + 4 * slots]   # after the input transform: q is free again
+    _winograd_input(x, geo, scr, 0, si, slots, g0, g1, g0, q)
     for k in range(16):
-        _gemm(m_all, tiles, c_all, u, k * m_all * c_all, c_all, scr, k * si, tiles, scr, vo + k * so, tiles)
-    _winograd_output(acc, bias, geo, scr, vo, so, tiles, g0, g1, g0, 0, m_all)
+        _gemm(m_all, slots, c_all, u, k * m_all * c_all, c_all, scr, k * si, slots, scr, vo + k * so, slots)
+    _winograd_output(acc, bias, geo, scr, vo, so, slots, g0, g1, g0, 0, m_all, eo)
 
 
-def _winograd_shared(geo) -> tuple[int, int]:
-    """ROWS mode: (size, block stride) of the whole batch's transformed input, shared by every part."""
-    tiles = int(geo[N] * ((geo[HO] + 1) // 2) * ((geo[WO] + 1) // 2))
-    si = int(geo[C]) * tiles + WINO_PAD
-    return 16 * si, si
+@njit(cache=True, nogil=True)
+def _winograd_rows_layout(geo, nparts):
+    """ROWS mode's scratch: the whole batch's 16 transformed input blocks (block stride ``si``), shared by every
+    part; then per part the input transform's rows (``q_size``: it transforms runs of ``geo[TILE]`` tile rows),
+    and per part 16 product blocks (stride ``so``: its most output channels of one image) with the output
+    transform's ``4 * per_image`` elements. Returns (si, q_size, so, per_image slots)."""
+    th, tw = (geo[HO] + 1) // 2, (geo[WO] + 1) // 2
+    per_image = th * (tw + 1)
+    si = geo[C] * geo[N] * per_image + WINO_PAD
+    most = min(geo[M], (geo[N] * geo[M] + nparts - 1) // nparts)
+    so = most * per_image + WINO_PAD
+    return si, _winograd_q(min(geo[TILE], geo[N] * th), tw), so, per_image
 
 
 # ---------------------------------------------------------------------------- parts
@@ -659,13 +732,14 @@ def prepare_winograd(x, w, bias, geo, col, p, nprep):
     shared blocks at the start of ``col`` (see ``_winograd_shared``), with part ``p``'s own input rows after them."""
     if geo[MODE] != ROWS:
         return
-    th, tw = (geo[HO] + 1) // 2, (geo[WO] + 1) // 2
-    rows = geo[N] * th
-    tiles = rows * tw
-    si = geo[C] * tiles + WINO_PAD
-    wp = 2 * tw + 2
-    rb = col[16 * si + p * 4 * wp:16 * si + (p + 1) * 4 * wp]
-    _winograd_input(x, geo, col, 0, si, tiles, rows * p // nprep, rows * (p + 1) // nprep, 0, rb)
+    rows = geo[N] * ((geo[HO] + 1) // 2)
+    si, q_size, _, per_image = _winograd_rows_layout(geo, nprep)
+    q = col[16 * si + p * q_size:16 * si + (p + 1) * q_size]
+    g, stop = rows * p // nprep, rows * (p + 1) // nprep
+    while g < stop:
+        end = min(stop, g + geo[TILE])
+        _winograd_input(x, geo, col, 0, si, geo[N] * per_image, g, end, 0, q)
+        g = end
 
 
 @njit(cache=True, nogil=True)
@@ -744,7 +818,7 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
     channel) rows from the shared input transform (ROWS: for few tiles, where splitting them would leave each
     part's products too narrow)."""
     n_all, m_all, c_all = geo[N], geo[M], geo[C]
-    th, tw = (geo[HO] + 1) // 2, (geo[WO] + 1) // 2
+    th = (geo[HO] + 1) // 2
     if geo[MODE] == TILES:
         rows = n_all * th
         r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
@@ -755,13 +829,10 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
             _winograd_chunk(x, w, bias, geo, acc, own, g, stop)
             g = stop
         return 0, 0
-    per_image = th * tw
-    tiles = n_all * per_image
-    si = c_all * tiles + WINO_PAD
+    si, q_size, so, per_image = _winograd_rows_layout(geo, nparts)
+    oo = 16 * si + nparts * q_size + p * (16 * so + 4 * per_image)
+    eo = col[oo + 16 * so:oo + 16 * so + 4 * per_image]
     rows = n_all * m_all
-    most = min(m_all, (rows + nparts - 1) // nparts)
-    so = most * per_image + WINO_PAD
-    oo = 16 * si + nparts * 4 * (2 * tw + 2) + p * 16 * so
     r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
     r = r0
     while r < r1:
@@ -769,9 +840,9 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
         stop = min(r1, (n + 1) * m_all)
         m0, m1 = r - n * m_all, stop - n * m_all
         for k in range(16):
-            _gemm(m1 - m0, per_image, c_all, w, (k * m_all + m0) * c_all, c_all, col, k * si + n * per_image, tiles,
-                  col, oo + k * so, per_image)
-        _winograd_output(acc, bias, geo, col, oo, so, per_image, n * th, (n + 1) * th, n * th, m0, m1)
+            _gemm(m1 - m0, per_image, c_all, w, (k * m_all + m0) * c_all, c_all, col, k * si + n * per_image,
+                  n_all * per_image, col, oo + k * so, per_image)
+        _winograd_output(acc, bias, geo, col, oo, so, per_image, n * th, (n + 1) * th, n * th, m0, m1, eo)
         r = stop
     hw = geo[HO] * geo[WO]
     return r0 * hw, r1 * hw
@@ -895,64 +966,61 @@ def pool_geometry(x_shape, kernel, out_shape, strides, pads_begin, dilations, ki
 
 
 def pool_scratch(geo: np.ndarray, nparts: int) -> int:
-    """Scratch elements ``pool_run`` needs with ``nparts`` parts: per part, a padded plane and a full-rate row."""
-    wp, hp = _flat_dims(geo[H], geo[W], geo[KH], geo[KW], (geo[HO] - 1) * geo[SH] + 1,
-                        (geo[WO] - 1) * geo[SW] + 1, geo[DH], geo[DW], geo[PT], geo[PL])
-    return nparts * (hp * wp + wp + ((geo[HO] - 1) * geo[SH] + 1) * wp)
+    """Scratch elements ``pool_run`` needs with ``nparts`` parts: per part, a plane's stride phases and the
+    output rows."""
+    return nparts * _phase_scratch(geo)
 
 
 @njit(cache=True, nogil=True)
 def pool_planes(x, geo, divisor, out, scratch, q0, q1):
-    """Planes [q0, q1) of the flattened (image, channel) output of a max or average pool (float), on a flat
-    padded copy of each plane: the window reduction at every stride-1 position is one vector loop per tap, then
-    every stride-th row and column is kept (with stride 2, 4x the work at 16 lanes beats a strided scalar loop).
-    Max starts from the first tap in window order and compares strictly, pads counting as -inf, exactly as the
-    reference and onnxruntime (a NaN counts only as a window's first tap); average sums with zero pads and
-    divides by ``divisor`` [HO, WO] (``lib_pool.avg_divisor``: ONNX's rules for ``count_include_pad``)."""
-    c_all, h, width = geo[C], geo[H], geo[W]
+    """Planes [q0, q1) of the flattened (image, channel) output of a max or average pool (float), on the stride
+    phases of each padded plane (``_into_phases``): the window reduction is one vector loop per tap over the
+    whole output ``wq`` wide, then the output rows are copied out. Max starts from the first tap in window order
+    and compares strictly, pads counting as -inf, exactly as the reference and onnxruntime (a NaN counts only
+    as a window's first tap); average sums with zero pads and divides by ``divisor`` [HO, WO]
+    (``lib_pool.avg_divisor``: ONNX's rules for ``count_include_pad``)."""
+    c_all = geo[C]
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
     is_max = geo[KIND] == MAX
-    hf, wf = (ho - 1) * sh + 1, (wo - 1) * sw + 1
-    wp, hp = _flat_dims(h, width, kh, kw, hf, wf, dh, dw, pt, pl)
-    plane = hp * wp + wp
-    xp = scratch[:plane]
-    full = scratch[plane:plane + hf * wp]
+    hq, wq = _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw)
+    phases = sh * sw * (hq * wq + wq)
+    size = ho * wq
+    ph = scratch[:phases]
+    full = scratch[phases:phases + size]
     fill = -np.inf if is_max else 0.0
-    for j in range(plane):
-        xp[j] = fill
-    size = hf * wp
+    for j in range(phases):
+        ph[j] = fill
     for q in range(q0, q1):
         n = q // c_all
         c = q - n * c_all
-        xc = x[n, c]
-        _into_plane(xc, xp, 0, wp, pt, pl)
+        _into_phases(x[n, c], ph, sh, sw, pt, pl, hq, wq)
         for j in range(size):
-            full[j] = xp[j]
+            full[j] = ph[j]
         for ki in range(kh):
             for kj in range(kw):
                 if ki == 0 and kj == 0:
                     continue
-                base = ki * dh * wp + kj * dw
+                base = _phase_offset(ki, kj, sw, sh, dh, dw, hq, wq)
                 if is_max:
                     for j in range(size):
-                        v = xp[np.uint64(j + base)]
+                        v = ph[np.uint64(j + base)]
                         m = full[np.uint64(j)]
                         full[np.uint64(j)] = v if v > m else m
                 else:
                     for j in range(size):
-                        full[np.uint64(j)] += xp[np.uint64(j + base)]
+                        full[np.uint64(j)] += ph[np.uint64(j + base)]
         o = out[n, c]
         for oh in range(ho):
             r = o[oh]
-            row = oh * sh * wp
+            row = oh * wq
             if is_max:
                 for j in range(wo):
-                    r[j] = full[np.uint64(row + j * sw)]
+                    r[j] = full[np.uint64(row + j)]
             else:
                 d = divisor[oh]
                 for j in range(wo):
-                    r[j] = full[np.uint64(row + j * sw)] / d[j]
+                    r[j] = full[np.uint64(row + j)] / d[j]
 
 
 @njit(cache=True, nogil=True, parallel=True)
