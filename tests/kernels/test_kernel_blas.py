@@ -43,6 +43,15 @@ def test_gemm_on_slabs_of_larger_arrays():
     gemm(a, b[:, 4:], out[:, 4:])           # a column slab of B into a column slab of C (row stride 10)
     np.testing.assert_allclose(out[:, 4:], a @ b[:, 4:], rtol=1e-5, atol=1e-5)
     assert not out[:, :4].any()
+    # one column or one row (gemv): a column of C at row stride 10, a row of A read at column stride 10
+    col = np.zeros((4, 10), np.float32)
+    gemm(a, b[:, 7:8], col[:, 7:8], 0.5, 0.0)
+    np.testing.assert_allclose(col[:, 7:8], 0.5 * (a @ b[:, 7:8]), rtol=1e-5, atol=1e-5)
+    assert not col[:, :7].any() and not col[:, 8:].any()
+    x, w = big[:, 5:6].T, rng.standard_normal((8, 6)).astype(np.float32)   # x: [1, 8] at column stride 10
+    row = np.zeros((1, 6), np.float32)
+    gemm(x, w, row)
+    np.testing.assert_allclose(row, x @ w, rtol=1e-5, atol=1e-5)
 
 
 def test_operands_blas_cannot_take_are_refused():

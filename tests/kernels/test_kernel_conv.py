@@ -105,7 +105,9 @@ def test_pooling_matches_the_reference(dtype):
     cases = [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
              dict(kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0], ceil_mode=1),
              dict(kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 1, 1], dilations=[2, 1]),
-             dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1)]
+             dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+             dict(kernel_shape=[5, 5], strides=[2, 2], pads=[2, 2, 2, 2]),   # even left pad: other phase pairs
+             dict(kernel_shape=[2, 3], strides=[3, 3], pads=[0, 1, 0, 1])]   # stride 3: nine phases
     for attrs in cases:
         for kind, ref in ((K.MAX, max_pool), (K.AVG, average_pool)):
             if kind == K.AVG and "dilations" in attrs:

@@ -255,6 +255,9 @@ def _into_phases(xc, ph, sh, sw, pt, pl, hq, wq):
     for a in range(sh):
         i_lo = min(hq, (pt - a + sh - 1) // sh)
         i_hi = min(hq, max(i_lo, (h + pt - a + sh - 1) // sh))
+        if sw == 2:   # both column phases in one pass: a pairwise (interleaved) load LLVM vectorizes
+            _into_two_phases(xc, ph, a, sh, pt, pl, hq, wq, i_lo, i_hi)
+            continue
         for b in range(sw):
             base = (a * sw + b) * plane
             j_lo = min(wq, (pl - b + sw - 1) // sw)
@@ -269,6 +272,29 @@ def _into_phases(xc, ph, sh, sw, pt, pl, hq, wq):
                 else:
                     for j in range(j_hi - j_lo):
                         ph[np.uint64(row + j)] = src[np.uint64(c0 + j * sw)]
+
+
+@njit(cache=True, nogil=True)
+def _into_two_phases(xc, ph, a, sh, pt, pl, hq, wq, i_lo, i_hi):
+    """``_into_phases``'s rows [i_lo, i_hi) of phases (a, 0) and (a, 1) for a column stride of 2: image column
+    c goes to phase (c + pl) % 2, column (c + pl) // 2; the columns both phases take are copied in pairs."""
+    width = xc.shape[1]
+    plane = hq * wq + wq
+    e0, e1 = (a * 2) * plane, (a * 2 + 1) * plane
+    c_lo = pl % 2                      # first image column of a pair (its padded column even)
+    pairs = max(0, min((width - c_lo) // 2, wq - (c_lo + pl) // 2))
+    j0 = (c_lo + pl) // 2
+    for i in range(i_lo, i_hi):
+        src = xc[i * sh + a - pt]
+        r0, r1 = e0 + i * wq + j0, e1 + i * wq + j0
+        for j in range(pairs):
+            ph[np.uint64(r0 + j)] = src[np.uint64(c_lo + 2 * j)]
+            ph[np.uint64(r1 + j)] = src[np.uint64(c_lo + 2 * j + 1)]
+        for t in range(c_lo + width - c_lo - 2 * pairs):   # the columns outside the pairs (a few)
+            c = t if t < c_lo else c_lo + 2 * pairs + t - c_lo
+            jj = (c + pl) // 2
+            if jj < wq:
+                ph[np.uint64((e0 if (c + pl) % 2 == 0 else e1) + i * wq + jj)] = src[c]
 
 
 @njit(cache=True, nogil=True, inline="always")
