@@ -64,6 +64,9 @@ BLAS_MACS_PER_S = 55e9
 #: output columns (positions) from which a product reaches that rate: 512 -> 512 at 7x7 (49 columns) runs at
 #: ~35 GMAC/s
 BLAS_FULL_COLUMNS = 128
+#: and the depth (C/group * kh * kw) from which it does: with few products per output element the output's
+#: traffic dominates (16 -> 96 1x1 at 112x112: 20 GMAC/s; 24 -> 144 at 56x56: 26; 3 -> 32 3x3 at 64x64: 17)
+BLAS_FULL_DEPTH = 128
 BLAS_CALL_S = 10e-6
 IM2COL_ELEMS_PER_S = 3e9
 #: Winograd F(2x2, 3x3): its 16 products reach ~55 GMAC/s from 64 tiles a chunk on (16 tiles: 0.4 of it, as
@@ -155,7 +158,8 @@ def seconds(geo: np.ndarray, algo: int) -> float:
         return work / DIRECT_MACS_PER_S if direct_applies(geo) else np.inf
     k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
     gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * geo[HO] * geo[WO]
-    rate = BLAS_MACS_PER_S * min(1.0, (geo[HO] * geo[WO] / BLAS_FULL_COLUMNS) ** 0.5)
+    rate = BLAS_MACS_PER_S * min(1.0, (geo[HO] * geo[WO] / BLAS_FULL_COLUMNS) ** 0.5) * \
+        min(1.0, (k / BLAS_FULL_DEPTH) ** 0.5)
     return work / rate + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
 
 
@@ -202,6 +206,8 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         # wide BLAS calls; the parts' outputs are strided, so an epilogue runs after them (``deferred``)
         geo[MODE] = TILES
         tile = max(16, min(hw, (TILE_ELEMS // max(1, k_all)) // 16 * 16))
+        # at least one tile a part: a 3 -> 32 conv at 64x64 fit one tile and ran on one thread of two
+        tile = max(16, min(tile, (hw // -(-nparts // int(geo[N]))) // 16 * 16))
         geo[TILE] = tile
         return (nparts * k_all * tile if gather else 1), nparts, 0
     if geo[N] >= nparts:
