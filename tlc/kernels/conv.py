@@ -381,11 +381,11 @@ def _im2col_rows(x, geo, col, col_off, r0, r1):
             row = base + oh * wo
             if ih < 0 or ih >= h:
                 for j in range(wo):
-                    col[row + j] = 0.0
+                    col[np.uint64(row + j)] = 0.0
                 continue
             xrow = x[n, c, ih]
             for j in range(j0):
-                col[row + j] = 0.0
+                col[np.uint64(row + j)] = 0.0
             if sw == 1:
                 for j in range(j0, j1):
                     col[np.uint64(row + j)] = xrow[np.uint64(j + off)]
@@ -393,7 +393,7 @@ def _im2col_rows(x, geo, col, col_off, r0, r1):
                 for j in range(j0, j1):
                     col[np.uint64(row + j)] = xrow[np.uint64(j * sw + off)]
             for j in range(j1, wo):
-                col[row + j] = 0.0
+                col[np.uint64(row + j)] = 0.0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -406,7 +406,7 @@ def _add_bias(acc, bias, n, m0, m1, hw):
         b = bias[m]
         start = base + m * hw
         for j in range(hw):
-            flat[start + j] += b
+            flat[np.uint64(start + j)] += b   # unsigned: a signed index's wraparound check kept this scalar
 
 
 @njit(cache=True, nogil=True)
@@ -503,7 +503,7 @@ def _gemm_tile(x, w, bias, geo, acc, col, own, n, j0, j1, pointwise):
             b = bias[m]
             start = out_base + m * hw
             for q in range(j0, j1):
-                flat[start + q] += b
+                flat[np.uint64(start + q)] += b
 
 
 @njit(cache=True, nogil=True)
@@ -533,7 +533,7 @@ def _direct_flat(x, wp_, bias, geo, acc, scratch, n, m0, m1):
         for t in range(BLOCK):
             b = bias[first + t] if has_bias and t < count else 0.0
             for j in range(size):
-                op[t * size + j] = b
+                op[np.uint64(t * size + j)] = b
         o0, o1, o2, o3 = op[:size], op[size:2 * size], op[2 * size:3 * size], op[3 * size:]
         for c in range(cg):
             xc = xp[(g * cg + c) * plane:(g * cg + c + 1) * plane]
