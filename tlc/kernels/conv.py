@@ -28,8 +28,9 @@ parts). Each algorithm has its own part function and parallel driver, so a modul
 Layout: NCHW (``LAYOUT`` 0). The geometry carries the layout so that channels-last members join the same
 family; today the channels-last convolution (``tlc.ConvNhwc``) still runs on its own library kernels.
 
-Pooling (max, average, with padding, strides, dilations) runs per (image, channel) plane:
-``pool_run(x, geo, divisor, out, scratch, nparts)``; global pooling is a plane reduction, ``global_pool_run``.
+Pooling (max, average, with padding, strides, dilations) runs per (image, channel) plane on the plane's stride
+phases, as depthwise does: ``pool_run(x, geo, divisor, out, scratch, nparts)``; global pooling is a plane
+reduction, ``global_pool_run``.
 """
 
 from __future__ import annotations
