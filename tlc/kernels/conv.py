@@ -717,25 +717,6 @@ def _winograd_q(rows, tw):
 
 
 @njit(cache=True, nogil=True)
-def _winograd_chunk(x, u, bias, geo, acc, scr, g0, g1):
-    """Tile rows [g0, g1) of the batch, every output channel, by Winograd F(2x2, 3x3): the input transform into
-    16 blocks [C, slots], 16 BLAS products with the transformed weights ``u`` [16, M, C] into 16 blocks
-    [M, slots], the output transform."""
-    c_all, m_all = geo[C], geo[M]
-    tw = (geo[WO] + 1) // 2
-    slots = (g1 - g0) * (tw + 1)
-    si, so = c_all * slots + WINO_PAD, m_all * slots + WINO_PAD
-    vo = 16 * si
-    rest = vo + 16 * so
-    q = scr[rest:rest + _winograd_q(g1 - g0, tw)]
-    eo = scr[rest:rest + 4 * slots]   # after the input transform: q is free again
-    _winograd_input(x, geo, scr, 0, si, slots, g0, g1, g0, q)
-    for k in range(16):
-        _gemm(m_all, slots, c_all, u, k * m_all * c_all, c_all, scr, k * si, slots, scr, vo + k * so, slots)
-    _winograd_output(acc, bias, geo, scr, vo, so, slots, g0, g1, g0, 0, m_all, eo)
-
-
-@njit(cache=True, nogil=True)
 def _winograd_rows_layout(geo, nparts):
     """ROWS mode's scratch: the whole batch's 16 transformed input blocks (block stride ``si``), shared by every
     part; then per part the input transform's rows (``q_size``: it transforms runs of ``geo[TILE]`` tile rows),
@@ -851,32 +832,46 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
     channel) rows from the shared input transform (ROWS: for few tiles, where splitting them would leave each
     part's products too narrow)."""
     n_all, m_all, c_all = geo[N], geo[M], geo[C]
-    th = (geo[HO] + 1) // 2
-    if geo[MODE] == TILES:
+    th, tw = (geo[HO] + 1) // 2, (geo[WO] + 1) // 2
+    tiles_mode = geo[MODE] == TILES
+    if tiles_mode:   # runs of the batch's tile rows, in chunks of geo[TILE] rows, in this part's own scratch
         rows = n_all * th
         r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
-        own = col[p * (col.shape[0] // nparts):]
-        g = r0
-        while g < r1:
-            stop = min(r1, g + geo[TILE])
-            _winograd_chunk(x, w, bias, geo, acc, own, g, stop)
-            g = stop
-        return 0, 0
-    si, q_size, so, per_image = _winograd_rows_layout(geo, nparts)
-    oo = 16 * si + nparts * q_size + p * (16 * so + 4 * per_image)
-    eo = col[oo + 16 * so:oo + 16 * so + 4 * per_image]
-    rows = n_all * m_all
-    r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
+        buf = col[p * (col.shape[0] // nparts):]
+        si = so = oo = eo_at = 0
+        per_image = 0
+    else:            # runs of (image, output channel) rows from the shared input transform
+        rows = n_all * m_all
+        r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
+        buf = col
+        si, q_size, so, per_image = _winograd_rows_layout(geo, nparts)
+        oo = 16 * si + nparts * q_size + p * (16 * so + 4 * per_image)
+        eo_at = oo + 16 * so
+    # one call site per transform (each linked copy costs LLVM seconds in every module that links this one)
     r = r0
     while r < r1:
-        n = r // m_all
-        stop = min(r1, (n + 1) * m_all)
-        m0, m1 = r - n * m_all, stop - n * m_all
+        if tiles_mode:   # a chunk: input transform into 16 blocks [C, slots], 16 products, output transform
+            stop = min(r1, r + geo[TILE])
+            g0, g1, m0, m1 = r, stop, 0, m_all
+            cols = (stop - r) * (tw + 1)
+            si, so = c_all * cols + WINO_PAD, m_all * cols + WINO_PAD
+            b_at, ldb, oo, ldc = 0, cols, 16 * si, cols
+            eo_at = oo + 16 * so   # the input transform's rows, free again by the output transform
+        else:
+            n = r // m_all
+            stop = min(r1, (n + 1) * m_all)
+            g0, g1, m0, m1 = n * th, (n + 1) * th, r - n * m_all, stop - n * m_all
+            cols = per_image
+            b_at, ldb, ldc = n * per_image, n_all * per_image, per_image
+        if tiles_mode:
+            _winograd_input(x, geo, buf, 0, si, cols, g0, g1, g0, buf[eo_at:eo_at + _winograd_q(g1 - g0, tw)])
         for k in range(16):
-            _gemm(m1 - m0, per_image, c_all, w, (k * m_all + m0) * c_all, c_all, col, k * si + n * per_image,
-                  n_all * per_image, col, oo + k * so, per_image)
-        _winograd_output(acc, bias, geo, col, oo, so, per_image, n * th, (n + 1) * th, n * th, m0, m1, eo)
+            _gemm(m1 - m0, cols, c_all, w, (k * m_all + m0) * c_all, c_all, buf, b_at + k * si, ldb, buf,
+                  oo + k * so, ldc)
+        _winograd_output(acc, bias, geo, buf, oo, so, ldc, g0, g1, g0, m0, m1, buf[eo_at:eo_at + 4 * cols])
         r = stop
+    if tiles_mode:
+        return 0, 0
     hw = geo[HO] * geo[WO]
     return r0 * hw, r1 * hw
 
