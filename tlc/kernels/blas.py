@@ -119,21 +119,21 @@ def _operand(rows, cols, rs, cs):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _as_gemv(m, n, k, ta, lda, a_rs, a_cs, tb, ldb, b_rs, b_cs, ldc):
-    """A product with one row or one column as a matrix-vector product: (use it, trans, rows, cols, matrix is
-    A, incX, incY). OpenBLAS's gemm does not forward these to gemv and packs the whole matrix every call (a
-    batch-1 Linear 4096 -> 256: 208 us against gemv's 57)."""
+def _as_gemv(m, n, k, a, ta, lda, a_rs, a_cs, b, tb, ldb, b_rs, ldc):
+    """A product with one row or one column as a matrix-vector product: (use it, trans, rows, cols, matrix,
+    its leading dimension, vector, incX, incY). OpenBLAS's gemm does not forward these to gemv and packs the
+    whole matrix every call (a batch-1 Linear 4096 -> 256: 208 us against gemv's 57)."""
     if k == 0 or (m != 1 and n != 1):
-        return False, NO_TRANS, 0, 0, False, 0, 0
+        return False, NO_TRANS, 0, 0, a, lda, b, 0, 0
     if m == 1:   # y[n] = B^T x: B stored [k, n] (NO_TRANS) or [n, k] (TRANS)
         inc_x = a_cs if k > 1 else 1
         if tb == NO_TRANS:
-            return True, TRANS, k, n, False, inc_x, 1
-        return True, NO_TRANS, n, k, False, inc_x, 1
+            return True, TRANS, k, n, b, ldb, a, inc_x, 1
+        return True, NO_TRANS, n, k, b, ldb, a, inc_x, 1
     inc_x = b_rs if k > 1 else 1   # n == 1: y[m] = A x, y strided by ldc
     if ta == NO_TRANS:
-        return True, NO_TRANS, m, k, True, inc_x, max(ldc, 1)
-    return True, TRANS, k, m, True, inc_x, max(ldc, 1)
+        return True, NO_TRANS, m, k, a, lda, b, inc_x, max(ldc, 1)
+    return True, TRANS, k, m, a, lda, b, inc_x, max(ldc, 1)
 
 
 @njit(cache=True, nogil=True)
@@ -144,13 +144,10 @@ def gemm_f32(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc):
         return
     ta, lda = _operand(m, k, a_rs, a_cs)
     tb, ldb = _operand(k, n, b_rs, b_cs)
-    vec, trans, rows, cols, a_is_matrix, inc_x, inc_y = _as_gemv(m, n, k, ta, lda, a_rs, a_cs, tb, ldb, b_rs,
-                                                                 b_cs, ldc)
+    vec, trans, rows, cols, mat, ld, x, inc_x, inc_y = _as_gemv(m, n, k, a, ta, lda, a_rs, a_cs, b, tb, ldb, b_rs,
+                                                                 ldc)
     if vec:
-        if a_is_matrix:
-            _sgemv(ROW_MAJOR, trans, rows, cols, np.float32(alpha), a, lda, b, inc_x, np.float32(beta), c, inc_y)
-        else:
-            _sgemv(ROW_MAJOR, trans, rows, cols, np.float32(alpha), b, ldb, a, inc_x, np.float32(beta), c, inc_y)
+        _sgemv(ROW_MAJOR, trans, rows, cols, np.float32(alpha), mat, ld, x, inc_x, np.float32(beta), c, inc_y)
         return
     _sgemm(ROW_MAJOR, ta, tb, m, n, k, np.float32(alpha), a, lda, b, ldb, np.float32(beta), c, max(ldc, n, 1))
 
@@ -163,13 +160,10 @@ def gemm_f64(m, n, k, alpha, a, a_rs, a_cs, b, b_rs, b_cs, beta, c, ldc):
         return
     ta, lda = _operand(m, k, a_rs, a_cs)
     tb, ldb = _operand(k, n, b_rs, b_cs)
-    vec, trans, rows, cols, a_is_matrix, inc_x, inc_y = _as_gemv(m, n, k, ta, lda, a_rs, a_cs, tb, ldb, b_rs,
-                                                                 b_cs, ldc)
+    vec, trans, rows, cols, mat, ld, x, inc_x, inc_y = _as_gemv(m, n, k, a, ta, lda, a_rs, a_cs, b, tb, ldb, b_rs,
+                                                                 ldc)
     if vec:
-        if a_is_matrix:
-            _dgemv(ROW_MAJOR, trans, rows, cols, np.float64(alpha), a, lda, b, inc_x, np.float64(beta), c, inc_y)
-        else:
-            _dgemv(ROW_MAJOR, trans, rows, cols, np.float64(alpha), b, ldb, a, inc_x, np.float64(beta), c, inc_y)
+        _dgemv(ROW_MAJOR, trans, rows, cols, np.float64(alpha), mat, ld, x, inc_x, np.float64(beta), c, inc_y)
         return
     _dgemm(ROW_MAJOR, ta, tb, m, n, k, np.float64(alpha), a, lda, b, ldb, np.float64(beta), c, max(ldc, n, 1))
 
