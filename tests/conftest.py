@@ -1,4 +1,9 @@
-"""Shared test fixtures. Tests run on the CPU only; CUDA tests use Numba's simulator."""
+"""Shared test fixtures. Tests run on the CPU only; CUDA tests use Numba's simulator.
+
+Sweeps: a case marked ``@pytest.mark.sweep`` repeats, on more or bigger models, what a CI case already checks
+(every light model channels-last, the whole ONNX backend selection, every conformance case compiled). CI skips
+them to stay inside its 10-minute budget; ``TLC_TESTS_FULL=1 python -m pytest`` runs them.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,18 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+#: run the sweeps too (see the module's docstring)
+FULL = bool(os.environ.get("TLC_TESTS_FULL"))
+
+
+def pytest_collection_modifyitems(config, items):
+    if FULL:
+        return
+    skip = pytest.mark.skip(reason="a sweep: TLC_TESTS_FULL=1 runs it")
+    for item in items:
+        if "sweep" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -132,8 +132,8 @@ def _layout_sensitive(case) -> bool:
 
 
 #: CI runs the compiled plans on every SAMPLE-th passing case (sorted by name, so the sample is fixed); the full
-#: matrix is tools/conformance.py --compiled (docs/conformance.md), or TLC_CONFORMANCE_FULL=1 here
-SAMPLE = 1 if os.environ.get("TLC_CONFORMANCE_FULL") else 4
+#: matrix is tools/conformance.py --compiled (docs/conformance.md), or TLC_TESTS_FULL=1 here (tests/conftest.py)
+SAMPLE = 1 if os.environ.get("TLC_TESTS_FULL") else 4
 
 
 @pytest.mark.slow

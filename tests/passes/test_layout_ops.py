@@ -133,7 +133,9 @@ def test_exported_nhwc_graph_runs_in_onnxruntime_and_reimports(rng, tmp_path):
 # ---------------------------------------------------------------------------- whole light models (slow)
 # NOTE: not squeezenet: its logits are ~9.5e9 and exactly equal, so its expected softmax (uniform 0.001) holds only
 # when every channel is computed in the same order; one ulp (1024) between channels saturates the softmax.
-LIGHT = ["resnet50", "shufflenet", "inception_v1", "inception_v2"]
+#: resnet50 and shufflenet are sweeps (45 s of CI): inception_v1/v2 already cover conv, pooling, LRN and Concat
+LIGHT = [pytest.param("resnet50", marks=pytest.mark.sweep), pytest.param("shufflenet", marks=pytest.mark.sweep),
+         "inception_v1", "inception_v2"]
 
 
 def _light(name: str) -> str:
