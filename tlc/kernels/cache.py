@@ -29,7 +29,8 @@ import numba
 _HERE = Path(__file__).resolve().parent
 #: sources compiled into every kernel besides its own module (mathlib is inlined; epilogue modules call the
 #: product parts of gemm.py and the conv family of conv.py, which call BLAS through blas.py)
-_RUNTIME_SOURCES = ("mathlib.py", "bits.py", "_coefficients.py", "cudalib.py", "gemm.py", "blas.py", "conv.py")
+_RUNTIME_SOURCES = ("mathlib.py", "bits.py", "_coefficients.py", "cudalib.py", "gemm.py", "blas.py", "conv.py",
+                    "entries.py")
 
 
 def default_cache_dir() -> Path:

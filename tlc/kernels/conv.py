@@ -23,7 +23,8 @@ Parts follow the contract of ``cpu.Contraction``: ``part_<algorithm>(x, w, bias,
 computes part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a
 generated epilogue (Relu, Clip, a residual Add, a folded BatchNorm's scale) runs on that range on the same thread
 while it is in cache; column tiles write strided slabs and return (0, 0) (``deferred``: the epilogue follows all
-parts). Each algorithm has its own part function and parallel driver, so a module links only the code it runs.
+parts). Compiled code calls a part by address (``tlc.kernels.entries``: the part is compiled once per dtype,
+not linked into every epilogue module and driver that runs it); ``ensure_entries`` first.
 
 Layout: NCHW (``LAYOUT`` 0). The geometry carries the layout so that channels-last members join the same
 family; today the channels-last convolution (``tlc.ConvNhwc``) still runs on its own library kernels.
@@ -36,9 +37,11 @@ reduction, ``global_pool_run``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import carray, njit, prange
 
+from . import entries
 from .blas import gemm_f32, gemm_f64
+from .entries import Entry
 
 # geometry vector fields
 N, C, H, W, M, KH, KW, HO, WO, GROUP, SH, SW, DH, DW, PT, PL, LAYOUT, ALGO, MODE, KIND, TILE = range(21)
@@ -876,15 +879,117 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
     return r0 * hw, r1 * hw
 
 
-#: the part function of each algorithm: an epilogue module links only its own (each linked level costs LLVM
-#: seconds of re-optimizing)
-PART_FUNCTIONS = {GEMM: "part_gemm", DIRECT: "part_direct", DEPTHWISE: "part_depthwise",
-                  WINOGRAD: "part_winograd"}
+# ---------------------------------------------------------------------------- entries (called by address)
+@njit(cache=True, nogil=True, inline="always")
+def _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn):
+    """The conv arrays an entry gets as addresses (``tlc.kernels.entries``), rebuilt from the geometry."""
+    geo = carray(gp, (GEO_SIZE,))
+    x = carray(xp, (geo[N], geo[C], geo[H], geo[W]))
+    acc = carray(ap, (geo[N], geo[M], geo[HO], geo[WO]))
+    return x, carray(wp, (wn,)), carray(bp, (bn,)), geo, acc, carray(cp, (cn,))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _results(rp, lo, hi):
+    r = carray(rp, (2,))
+    r[0] = lo
+    r[1] = hi
+
+
+def _entry_gemm(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
+    x, w, bias, geo, acc, col = _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn)
+    lo, hi = part_gemm(x, w, bias, geo, acc, col, p, nparts)
+    _results(rp, lo, hi)
+
+
+def _entry_direct(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
+    x, w, bias, geo, acc, col = _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn)
+    lo, hi = part_direct(x, w, bias, geo, acc, col, p, nparts)
+    _results(rp, lo, hi)
+
+
+def _entry_depthwise(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
+    x, w, bias, geo, acc, col = _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn)
+    lo, hi = part_depthwise(x, w, bias, geo, acc, col, p, nparts)
+    _results(rp, lo, hi)
+
+
+def _entry_winograd(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
+    x, w, bias, geo, acc, col = _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn)
+    lo, hi = part_winograd(x, w, bias, geo, acc, col, p, nparts)
+    _results(rp, lo, hi)
+
+
+def _entry_prepare_gemm(xp, xn, wp, wn, bp, bn, gp, gn, cp, cn, p, nprep, rp):
+    x, w, bias, geo, _, col = _arrays(xp, wp, wn, bp, bn, gp, xp, cp, cn)
+    prepare_gemm(x, w, bias, geo, col, p, nprep)
+
+
+def _entry_prepare_winograd(xp, xn, wp, wn, bp, bn, gp, gn, cp, cn, p, nprep, rp):
+    x, w, bias, geo, _, col = _arrays(xp, wp, wn, bp, bn, gp, xp, cp, cn)
+    prepare_winograd(x, w, bias, geo, col, p, nprep)
+
+
+_PART_KINDS = "rrrgrrii"      # x, w, bias, geo, acc, col, p, nparts
+_PREPARE_KINDS = "rrrgrii"    # x, w, bias, geo, col, p, nprep
+
+#: each algorithm's part and (ROWS mode) preparation as entries: compiled once per dtype and called by address,
+#: so a parallel driver or an epilogue module that runs a part does not link (and re-optimize) its code
+PART_ENTRIES = {GEMM: Entry("conv_gemm", _entry_gemm, _PART_KINDS),
+                DIRECT: Entry("conv_direct", _entry_direct, _PART_KINDS),
+                DEPTHWISE: Entry("conv_depthwise", _entry_depthwise, _PART_KINDS),
+                WINOGRAD: Entry("conv_winograd", _entry_winograd, _PART_KINDS)}
+PREPARE_ENTRIES = {GEMM: Entry("conv_prepare_gemm", _entry_prepare_gemm, _PREPARE_KINDS),
+                   WINOGRAD: Entry("conv_prepare_winograd", _entry_prepare_winograd, _PREPARE_KINDS)}
+
+
+def ensure_entries(geo: np.ndarray, dtype) -> None:
+    """Compile (or load) the entries of ``geo``'s algorithm for ``dtype`` (numpy's or Numba's): before any module
+    that calls them (``call_*``, the parallel drivers, epilogue modules) is compiled or loaded."""
+    algo = int(geo[ALGO])
+    entries.ensure(PART_ENTRIES[algo], dtype)
+    if algo in PREPARE_ENTRIES:
+        entries.ensure(PREPARE_ENTRIES[algo], dtype)
+
+
+@njit(cache=True, nogil=True)
+def call_gemm(x, w, bias, geo, acc, col, p, nparts):
+    return entries.call("conv_gemm", (x, w, bias, geo, acc, col, p, nparts))
+
+
+@njit(cache=True, nogil=True)
+def call_direct(x, w, bias, geo, acc, col, p, nparts):
+    return entries.call("conv_direct", (x, w, bias, geo, acc, col, p, nparts))
+
+
+@njit(cache=True, nogil=True)
+def call_depthwise(x, w, bias, geo, acc, col, p, nparts):
+    return entries.call("conv_depthwise", (x, w, bias, geo, acc, col, p, nparts))
+
+
+@njit(cache=True, nogil=True)
+def call_winograd(x, w, bias, geo, acc, col, p, nparts):
+    return entries.call("conv_winograd", (x, w, bias, geo, acc, col, p, nparts))
+
+
+@njit(cache=True, nogil=True)
+def call_prepare_gemm(x, w, bias, geo, col, p, nprep):
+    entries.call("conv_prepare_gemm", (x, w, bias, geo, col, p, nprep))
+
+
+@njit(cache=True, nogil=True)
+def call_prepare_winograd(x, w, bias, geo, col, p, nprep):
+    entries.call("conv_prepare_winograd", (x, w, bias, geo, col, p, nprep))
+
+
+#: the part function of each algorithm, as compiled code calls it (by address: ``call_*``)
+PART_FUNCTIONS = {GEMM: "call_gemm", DIRECT: "call_direct", DEPTHWISE: "call_depthwise",
+                  WINOGRAD: "call_winograd"}
 
 
 #: the preparation each algorithm's ROWS mode runs on every part before any part (im2col, Winograd's input
 #: transform)
-PREPARE_FUNCTIONS = {GEMM: "prepare_gemm", WINOGRAD: "prepare_winograd"}
+PREPARE_FUNCTIONS = {GEMM: "call_prepare_gemm", WINOGRAD: "call_prepare_winograd"}
 
 
 def prepare_function(geo: np.ndarray):
@@ -893,29 +998,35 @@ def prepare_function(geo: np.ndarray):
     return None if name is None else globals()[name]
 
 
+def part_function(geo: np.ndarray):
+    return globals()[PART_FUNCTIONS[int(geo[ALGO])]]
+
+
 def conv_prepare(x, w, bias, geo, col, p: int, nprep: int) -> None:
     """Part ``p`` of ``nprep`` of the algorithm's preparation (nothing where it has none)."""
     fn = prepare_function(geo)
     if fn is not None:
+        ensure_entries(geo, x.dtype)
         fn(x, w, bias, geo, col, p, nprep)
 
 
 def conv_part(x, w, bias, geo, acc, col, p: int, nparts: int) -> tuple[int, int]:
     """Part ``p`` of ``nparts`` of the convolution into ``acc`` (bias included); returns the flat range written
     ((0, 0) for strided column tiles: see ``deferred``)."""
-    return globals()[PART_FUNCTIONS[int(geo[ALGO])]](x, w, bias, geo, acc, col, p, nparts)
+    ensure_entries(geo, x.dtype)
+    return part_function(geo)(x, w, bias, geo, acc, col, p, nparts)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _prepare_gemm_parallel(x, w, bias, geo, col, nprep):
     for p in prange(nprep):
-        prepare_gemm(x, w, bias, geo, col, p, nprep)
+        call_prepare_gemm(x, w, bias, geo, col, np.int64(p), nprep)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _prepare_winograd_parallel(x, w, bias, geo, col, nprep):
     for p in prange(nprep):
-        prepare_winograd(x, w, bias, geo, col, p, nprep)
+        call_prepare_winograd(x, w, bias, geo, col, np.int64(p), nprep)
 
 
 def parallel_prepare(geo: np.ndarray):
@@ -926,28 +1037,28 @@ def parallel_prepare(geo: np.ndarray):
 @njit(cache=True, nogil=True, parallel=True)
 def _gemm_parallel(x, w, bias, geo, out, col, nparts):
     for p in prange(nparts):
-        part_gemm(x, w, bias, geo, out, col, p, nparts)
+        call_gemm(x, w, bias, geo, out, col, np.int64(p), nparts)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _direct_parallel(x, w, bias, geo, out, col, nparts):
     for p in prange(nparts):
-        part_direct(x, w, bias, geo, out, col, p, nparts)
+        call_direct(x, w, bias, geo, out, col, np.int64(p), nparts)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _depthwise_parallel(x, w, bias, geo, out, col, nparts):
     for p in prange(nparts):
-        part_depthwise(x, w, bias, geo, out, col, p, nparts)
+        call_depthwise(x, w, bias, geo, out, col, np.int64(p), nparts)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _winograd_parallel(x, w, bias, geo, out, col, nparts):
     for p in prange(nparts):
-        part_winograd(x, w, bias, geo, out, col, p, nparts)
+        call_winograd(x, w, bias, geo, out, col, np.int64(p), nparts)
 
 
-#: each algorithm's parallel driver (one per algorithm, for the reason of PART_FUNCTIONS)
+#: each algorithm's parallel driver (the entry a part calls is named in the code: one driver per algorithm)
 PARALLEL_DRIVERS = {GEMM: "_gemm_parallel", DIRECT: "_direct_parallel", DEPTHWISE: "_depthwise_parallel",
                     WINOGRAD: "_winograd_parallel"}
 
@@ -956,21 +1067,17 @@ def parallel_driver(geo: np.ndarray):
     return globals()[PARALLEL_DRIVERS[int(geo[ALGO])]]
 
 
-def part_function(geo: np.ndarray):
-    return globals()[PART_FUNCTIONS[int(geo[ALGO])]]
-
-
 def conv_run_parallel(x, w, bias, geo, out, col, nparts, nprep):
-    """Every part on Numba's pool (a parallel loop's body is compiled with everything it calls: one driver per
-    algorithm, the preparation apart)."""
+    """Every part on Numba's pool."""
+    ensure_entries(geo, x.dtype)
     if nprep:
         parallel_prepare(geo)(x, w, bias, geo, col, nprep)
     parallel_driver(geo)(x, w, bias, geo, out, col, nparts)
 
 
 def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
-    """Every part on the calling thread (a loop here, not compiled: each compiled level above ``conv_part`` costs
-    seconds of LLVM re-optimizing what it links in)."""
+    """Every part on the calling thread."""
+    ensure_entries(geo, x.dtype)
     for p in range(nprep):
         conv_prepare(x, w, bias, geo, col, p, nprep)
     part = part_function(geo)
@@ -1051,21 +1158,40 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
                     r[j] = full[np.uint64(row + j)] / d[j]
 
 
+def _entry_pool(xp, xn, gp, gn, dp, dn, op, on, sp, sn, q0, q1, rp):
+    geo = carray(gp, (GEO_SIZE,))
+    x = carray(xp, (geo[N], geo[C], geo[H], geo[W]))
+    rows = geo[HO] if dn == geo[HO] * geo[WO] else 1   # an average's divisor [HO, WO]; max: a [1, 1] stand-in
+    pool_planes(x, geo, carray(dp, (rows, dn // rows)), carray(op, (geo[N], geo[C], geo[HO], geo[WO])),
+                carray(sp, (sn,)), q0, q1)
+
+
+#: ``pool_planes`` as an entry (called by address: the serial and parallel callers do not each link it)
+POOL_ENTRY = Entry("pool_planes", _entry_pool, "rgrrrii")
+
+
+@njit(cache=True, nogil=True)
+def call_pool(x, geo, divisor, out, scratch, q0, q1):
+    entries.call("pool_planes", (x, geo, divisor, out, scratch, q0, q1))
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _pool_parallel(x, geo, divisor, out, scratch, nparts):
     planes = geo[N] * geo[C]
     per = scratch.shape[0] // nparts
     for p in prange(nparts):
-        pool_planes(x, geo, divisor, out, scratch[p * per:(p + 1) * per], planes * p // nparts,
-                    planes * (p + 1) // nparts)
+        call_pool(x, geo, divisor, out, scratch[p * per:(p + 1) * per], planes * p // nparts,
+                  planes * (p + 1) // nparts)
 
 
 def pool_run(x, geo, divisor, out, scratch, nparts: int) -> None:
-    """The whole pooling into ``out``; ``scratch`` has ``pool_scratch(geo, nparts)`` elements."""
+    """The whole pooling into ``out``; ``scratch`` has ``pool_scratch(geo, nparts)`` elements. Every array
+    C-contiguous (the planes are an entry, ``tlc.kernels.entries``)."""
+    entries.ensure(POOL_ENTRY, x.dtype)
     if nparts > 1:
         _pool_parallel(x, geo, divisor, out, scratch, nparts)
     else:
-        pool_planes(x, geo, divisor, out, scratch, 0, int(geo[N] * geo[C]))
+        call_pool(x, geo, divisor, out, scratch, 0, int(geo[N] * geo[C]))
 
 
 @njit(cache=True, nogil=True)

@@ -390,6 +390,7 @@ class EpilogueImpl(StepImpl):
         options, cache = kernel_options(ctx), kernel_cache(ctx)
 
         def build(alias):
+            kconv.ensure_entries(setup.geo, setup.dtype)   # the module calls the part by address
             kernel = EpilogueKernel(plan, options, cache, conv_contraction(setup.geo), types, setup.nparts > 1,
                                     alias=(0,) if in_place else None)
             const_shapes = [c.shape for c in kernel.constant_arrays]
@@ -501,10 +502,13 @@ class ConvSetup:
         self.weights: Any = F(ctx.inputs[1]) if weights is None else \
             kconv.pack_weights(np.asarray(weights, self.dtype), self.geo)
         self.w_size = int(np.prod(w))
-        self.x = ctx.const(0) if ctx.const(0) is not None else V(ctx.inputs[0])
+        # C-contiguous operands only: the family's parts get them by address (``tlc.kernels.entries``)
+        self.x = np.ascontiguousarray(ctx.const(0)) if ctx.const(0) is not None else V(ctx.inputs[0])
         self.bias: Any = np.zeros(0, self.dtype)
         if with_bias and len(ctx.inputs) > 2 and ctx.in_types[2] is not None:
             bias = ctx.const(2)
+            if bias is None and not ctx.contiguous(2):
+                raise NotNative("a strided conv bias")
             self.bias = np.ascontiguousarray(bias, self.dtype) if bias is not None else V(ctx.inputs[2])
         self.out_shape = y
         algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]]
@@ -528,6 +532,7 @@ class ConvSetup:
 def compile_conv(types: tuple, geo: np.ndarray, parallel: bool) -> str:
     """Compile (or load) the conv family's driver of ``geo``'s algorithm for these argument types."""
     i64 = numba.types.int64
+    kconv.ensure_entries(geo, types[0].dtype)
     if parallel:
         kconv.parallel_driver(geo).compile(types + (i64,))
     else:
