@@ -49,11 +49,9 @@ def test_every_algorithm_matches_the_reference(dtype):
                 for nparts in ((1, 2, 3) if dtype == np.float32 else (1,)):   # float64: one compile less
                     col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0)
                     out = np.full(expected.shape, np.nan, dtype)
-                    # parts on Numba's pool for GEMM; the other algorithms' parts (the same functions, the same
-                    # split) in a loop here: each parallel driver links its part and costs CI seconds cold
-                    run = K.conv_run if algo == K.GEMM else K.conv_run_serial
-                    run(x, K.pack_weights(w, geo), b if bias is not None else np.zeros(0, dtype), geo,
-                        out, np.empty(col_size, dtype), parts, nprep)
+                    # parts on Numba's pool (each driver calls its part by address: cheap to compile)
+                    K.conv_run(x, K.pack_weights(w, geo), b if bias is not None else np.zeros(0, dtype), geo,
+                               out, np.empty(col_size, dtype), parts, nprep)
                     np.testing.assert_allclose(out, expected, rtol=1e-4 if dtype == np.float32 else 1e-10,
                                                atol=1e-4 if dtype == np.float32 else 1e-10,
                                                err_msg=f"{K.ALGO_NAMES[algo]}/{nparts} {(n, c, h, m, k, s, p, g, d)}")
