@@ -881,12 +881,16 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
 
 # ---------------------------------------------------------------------------- entries (called by address)
 @njit(cache=True, nogil=True, inline="always")
-def _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn):
-    """The conv arrays an entry gets as addresses (``tlc.kernels.entries``), rebuilt from the geometry."""
+def _arrays(xp, wp, wn, bp, bn, gp, cp, cn):
+    """The conv inputs an entry gets as addresses (``tlc.kernels.entries``), rebuilt from the geometry."""
     geo = carray(gp, (GEO_SIZE,))
     x = carray(xp, (geo[N], geo[C], geo[H], geo[W]))
-    acc = carray(ap, (geo[N], geo[M], geo[HO], geo[WO]))
-    return x, carray(wp, (wn,)), carray(bp, (bn,)), geo, acc, carray(cp, (cn,))
+    return x, carray(wp, (wn,)), carray(bp, (bn,)), geo, carray(cp, (cn,))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _output(ap, geo):
+    return carray(ap, (geo[N], geo[M], geo[HO], geo[WO]))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -897,36 +901,36 @@ def _results(rp, lo, hi):
 
 
 def _entry_gemm(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
-    x, w, bias, geo, acc, col = _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn)
-    lo, hi = part_gemm(x, w, bias, geo, acc, col, p, nparts)
+    x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
+    lo, hi = part_gemm(x, w, bias, geo, _output(ap, geo), col, p, nparts)
     _results(rp, lo, hi)
 
 
 def _entry_direct(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
-    x, w, bias, geo, acc, col = _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn)
-    lo, hi = part_direct(x, w, bias, geo, acc, col, p, nparts)
+    x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
+    lo, hi = part_direct(x, w, bias, geo, _output(ap, geo), col, p, nparts)
     _results(rp, lo, hi)
 
 
 def _entry_depthwise(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
-    x, w, bias, geo, acc, col = _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn)
-    lo, hi = part_depthwise(x, w, bias, geo, acc, col, p, nparts)
+    x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
+    lo, hi = part_depthwise(x, w, bias, geo, _output(ap, geo), col, p, nparts)
     _results(rp, lo, hi)
 
 
 def _entry_winograd(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
-    x, w, bias, geo, acc, col = _arrays(xp, wp, wn, bp, bn, gp, ap, cp, cn)
-    lo, hi = part_winograd(x, w, bias, geo, acc, col, p, nparts)
+    x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
+    lo, hi = part_winograd(x, w, bias, geo, _output(ap, geo), col, p, nparts)
     _results(rp, lo, hi)
 
 
 def _entry_prepare_gemm(xp, xn, wp, wn, bp, bn, gp, gn, cp, cn, p, nprep, rp):
-    x, w, bias, geo, _, col = _arrays(xp, wp, wn, bp, bn, gp, xp, cp, cn)
+    x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
     prepare_gemm(x, w, bias, geo, col, p, nprep)
 
 
 def _entry_prepare_winograd(xp, xn, wp, wn, bp, bn, gp, gn, cp, cn, p, nprep, rp):
-    x, w, bias, geo, _, col = _arrays(xp, wp, wn, bp, bn, gp, xp, cp, cn)
+    x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
     prepare_winograd(x, w, bias, geo, col, p, nprep)
 
 
@@ -1078,8 +1082,9 @@ def conv_run_parallel(x, w, bias, geo, out, col, nparts, nprep):
 def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
     """Every part on the calling thread."""
     ensure_entries(geo, x.dtype)
+    prepare = prepare_function(geo)
     for p in range(nprep):
-        conv_prepare(x, w, bias, geo, col, p, nprep)
+        prepare(x, w, bias, geo, col, p, nprep)
     part = part_function(geo)
     for p in range(nparts):
         part(x, w, bias, geo, out, col, p, nparts)
