@@ -18,7 +18,8 @@ GEOMETRIES = [
     (1, 4, 7, 4, 3, 1, 0, 2, 1),      # two groups, no padding
     (1, 8, 7, 8, 3, 1, 1, 2, 1),      # two groups of four: the direct kernel's blocks
     (1, 6, 7, 6, 3, 2, 1, 6, 1),      # depthwise, stride 2
-    (3, 8, 10, 8, 5, 1, 2, 8, 2),     # depthwise, dilated, three images
+    (3, 8, 10, 8, 5, 1, 2, 8, 2),     # depthwise, dilated, three images: a 25-tap window in three passes
+    (1, 4, 6, 4, 2, 1, 0, 4, 1),      # depthwise 2x2: a pass of four taps and five zero ones
     (1, 5, 6, 7, 1, 1, 0, 1, 1),      # pointwise: BLAS straight on the input
     (2, 5, 6, 7, 1, 2, 0, 1, 1),      # strided 1x1: gathered
     (1, 8, 9, 12, 2, 2, 0, 4, 1),     # even kernel, groups of two channels

@@ -91,6 +91,8 @@ WINO_CHUNK = 1 << 14
 WINO_PAD = 48
 #: work worth a parallel region (one costs ~5-10 us on this VM; a BLAS product's threshold is the same ~20 us)
 PARALLEL_MIN_S = 20e-6
+#: elements a part's scratch is rounded to (``_slot``): two 64-byte lines of float32, as the prefetcher pairs them
+SLOT = 32
 
 
 def conv_geometry(x_shape, w_shape, out_shape, strides, pads_begin, dilations, group: int) -> np.ndarray:
@@ -196,10 +198,10 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
             return int(16 * si + nparts * (q_size + 16 * so + 4 * per_image)), nparts, nparts
         geo[MODE] = TILES
         parts = max(1, min(nparts, rows))
-        return parts * _winograd_scratch(geo), parts, 0
+        return parts * _slot(_winograd_scratch(geo)), parts, 0
     if geo[ALGO] != GEMM:
         parts = max(1, min(nparts, int(geo[N] * geo[M])))
-        per_part = _phase_scratch(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo)
+        per_part = _slot(_phase_scratch(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo))
         return parts * per_part, parts, 0
     k_all = int(geo[C] * geo[KH] * geo[KW])
     hw = int(geo[HO] * geo[WO])
@@ -232,6 +234,12 @@ def direct_applies(geo: np.ndarray) -> bool:
     return _flat(geo) and (geo[M] // geo[GROUP]) % BLOCK == 0
 
 
+def _slot(elements: int) -> int:
+    """A part's scratch rounded up to whole slots of ``SLOT`` elements: parts on different threads that shared
+    a cache line at their boundary ran at half speed (a 7x7 depthwise conv at 2 threads took as long as at 1)."""
+    return -(-int(elements) // SLOT) * SLOT
+
+
 def _direct_scratch(geo) -> int:
     """The flat direct kernel's scratch per part: the image padded flat, and BLOCK output planes ``wp`` wide."""
     wp, hp = _flat_dims(geo[H], geo[W], geo[KH], geo[KW], geo[HO], geo[WO], geo[DH], geo[DW], geo[PT], geo[PL])
@@ -252,21 +260,22 @@ def _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw):
 
 
 @njit(cache=True, nogil=True)
-def _into_phases(xc, ph, sh, sw, pt, pl, hq, wq):
-    """Copy the image plane ``xc`` [H, W] into its ``sh * sw`` stride phases in ``ph``: phase (a, b) is the flat
-    plane [hq, wq] (and ``wq`` of slack) of the padded plane's rows a, a + sh, ... and columns b, b + sw, ...
+def _into_phases(xf, x0, h, width, ph, sh, sw, pt, pl, hq, wq):
+    """Copy the image plane [H, W] at ``xf[x0:]`` (flat, C order) into its ``sh * sw`` stride phases in ``ph``:
+    phase (a, b) is the flat plane [hq, wq] (and ``wq`` of slack) of the padded plane's rows a, a + sh, ... and
+    columns b, b + sw, ...
     Only the image's own elements are written: the caller fills ``ph`` with the pad value once. Tap (ki, kj) of
     a strided window is then one unit-stride loop over the flat output, in phase ((ki*dh) % sh, (kj*dw) % sw)
     shifted by ((ki*dh) // sh) rows and ((kj*dw) // sw) columns (``_phase_offset``): every output is computed
     once (computing every stride-1 position and subsampling did 4x the work at stride 2). Stride 1 is one
-    phase: the padded plane."""
-    h, width = xc.shape
+    phase: the padded plane. Flat indices only: a view per row cost a reference count each, most of the
+    time of a 7x7 plane."""
     plane = hq * wq + wq
     for a in range(sh):
         i_lo = min(hq, (pt - a + sh - 1) // sh)
         i_hi = min(hq, max(i_lo, (h + pt - a + sh - 1) // sh))
         if sw == 2:   # both column phases in one pass: a pairwise (interleaved) load LLVM vectorizes
-            _into_two_phases(xc, ph, a, sh, pt, pl, hq, wq, i_lo, i_hi)
+            _into_two_phases(xf, x0, width, ph, a, sh, pt, pl, hq, wq, i_lo, i_hi)
             continue
         for b in range(sw):
             base = (a * sw + b) * plane
@@ -274,37 +283,36 @@ def _into_phases(xc, ph, sh, sw, pt, pl, hq, wq):
             j_hi = min(wq, max(j_lo, (width + pl - b + sw - 1) // sw))
             c0 = j_lo * sw + b - pl
             for i in range(i_lo, i_hi):
-                src = xc[i * sh + a - pt]
+                src = x0 + (i * sh + a - pt) * width + c0
                 row = base + i * wq + j_lo
                 if sw == 1:
                     for j in range(j_hi - j_lo):
-                        ph[np.uint64(row + j)] = src[np.uint64(c0 + j)]
+                        ph[np.uint64(row + j)] = xf[np.uint64(src + j)]
                 else:
                     for j in range(j_hi - j_lo):
-                        ph[np.uint64(row + j)] = src[np.uint64(c0 + j * sw)]
+                        ph[np.uint64(row + j)] = xf[np.uint64(src + j * sw)]
 
 
 @njit(cache=True, nogil=True)
-def _into_two_phases(xc, ph, a, sh, pt, pl, hq, wq, i_lo, i_hi):
+def _into_two_phases(xf, x0, width, ph, a, sh, pt, pl, hq, wq, i_lo, i_hi):
     """``_into_phases``'s rows [i_lo, i_hi) of phases (a, 0) and (a, 1) for a column stride of 2: image column
     c goes to phase (c + pl) % 2, column (c + pl) // 2; the columns both phases take are copied in pairs."""
-    width = xc.shape[1]
     plane = hq * wq + wq
     e0, e1 = (a * 2) * plane, (a * 2 + 1) * plane
     c_lo = pl % 2                      # first image column of a pair (its padded column even)
     pairs = max(0, min((width - c_lo) // 2, wq - (c_lo + pl) // 2))
     j0 = (c_lo + pl) // 2
     for i in range(i_lo, i_hi):
-        src = xc[i * sh + a - pt]
+        src = x0 + (i * sh + a - pt) * width
         r0, r1 = e0 + i * wq + j0, e1 + i * wq + j0
         for j in range(pairs):
-            ph[np.uint64(r0 + j)] = src[np.uint64(c_lo + 2 * j)]
-            ph[np.uint64(r1 + j)] = src[np.uint64(c_lo + 2 * j + 1)]
+            ph[np.uint64(r0 + j)] = xf[np.uint64(src + c_lo + 2 * j)]
+            ph[np.uint64(r1 + j)] = xf[np.uint64(src + c_lo + 2 * j + 1)]
         for t in range(c_lo + width - c_lo - 2 * pairs):   # the columns outside the pairs (a few)
             c = t if t < c_lo else c_lo + 2 * pairs + t - c_lo
             jj = (c + pl) // 2
             if jj < wq:
-                ph[np.uint64((e0 if (c + pl) % 2 == 0 else e1) + i * wq + jj)] = src[c]
+                ph[np.uint64((e0 if (c + pl) % 2 == 0 else e1) + i * wq + jj)] = xf[np.uint64(src + c)]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -561,41 +569,95 @@ def _direct_flat(x, wp_, bias, geo, acc, scratch, n, m0, m1):
                     dst[j] = op[np.uint64(row + j)]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _tap_offset(t, taps, kw, sw, sh, dh, dw, hq, wq):
+    """Phase offset of tap ``t`` of a window (``_phase_offset``); 0 past the last tap."""
+    if t >= taps:
+        return 0
+    ki = t // kw
+    return _phase_offset(ki, t - ki * kw, sw, sh, dh, dw, hq, wq)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tap_weight(w, c, t, taps):
+    """Weight of tap ``t`` of channel ``c``; zero past the last tap, so that a pass always sums
+    ``TAPS_PER_PASS`` taps."""
+    return w[c * taps + t] if t < taps else w.dtype.type(0)
+
+
+#: taps one pass of the depthwise kernel sums per output: a 3x3 window in one pass over the output (a pass per
+#: tap moved the output through the cache nine times: 2-5 GMAC/s)
+TAPS_PER_PASS = 9
+
+
 @njit(cache=True, nogil=True)
 def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
-    """Depthwise planes [q0, q1) on the stride phases of each padded plane (``_into_phases``): each tap is one
-    multiply-add loop over the whole output ``wq`` wide, long enough for AVX-512's 64-element vector loops
-    (a 14-wide row never reaches them); then the output rows are copied out."""
+    """Depthwise planes [q0, q1) on the stride phases of each padded plane (``_into_phases``): each pass sums
+    ``TAPS_PER_PASS`` taps into the output, one multiply-add loop over the whole output ``wq`` wide (long enough
+    for AVX-512's vector loops, which a 14-wide row never reaches); then the output rows are copied out."""
     c_all = geo[C]
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
     hq, wq = _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw)
     phases = sh * sw * (hq * wq + wq)
     size = ho * wq
+    taps = kh * kw
+    h, width = geo[H], geo[W]
+    xf = x.reshape(x.size)
+    af = acc.reshape(acc.size)
     ph = scratch[:phases]
     op = scratch[phases:phases + size]
     has_bias = bias.shape[0] > 0
     for j in range(phases):
         ph[j] = 0.0
+    zero = w.dtype.type(0)
+    # a slice per tap: loads at ``j`` of nine bases vectorize (``ph[j + o0]`` with a run-time ``o0`` did not);
+    # the first pass's offsets (integer divisions) and slices (a reference count each) are made once: per
+    # plane, they were most of the time of a 7x7 plane
+    a0, a1, a2, a3, a4, a5, a6, a7, a8 = _tap_slices(ph, 0, taps, kw, sw, sh, dh, dw, hq, wq)
     for q in range(q0, q1):
         n = q // c_all
         c = q - n * c_all
-        _into_phases(x[n, c], ph, sh, sw, pt, pl, hq, wq)
-        b = bias[c] if has_bias else 0.0
-        for j in range(size):
-            op[j] = b
-        for ki in range(kh):
-            for kj in range(kw):
-                wv = w[c * kh * kw + ki * kw + kj]
-                base = _phase_offset(ki, kj, sw, sh, dh, dw, hq, wq)
+        _into_phases(xf, q * h * width, h, width, ph, sh, sw, pt, pl, hq, wq)
+        for t in range(0, taps, TAPS_PER_PASS):
+            w0, w1, w2 = _tap_weight(w, c, t, taps), _tap_weight(w, c, t + 1, taps), _tap_weight(w, c, t + 2, taps)
+            w3, w4, w5 = _tap_weight(w, c, t + 3, taps), _tap_weight(w, c, t + 4, taps), _tap_weight(w, c, t + 5, taps)
+            w6, w7, w8 = _tap_weight(w, c, t + 6, taps), _tap_weight(w, c, t + 7, taps), _tap_weight(w, c, t + 8, taps)
+            if t == 0:
+                b = bias[c] if has_bias else zero
                 for j in range(size):
-                    op[np.uint64(j)] += wv * ph[np.uint64(j + base)]
-        o = acc[n, c]
-        for oh in range(ho):
-            dst = o[oh]
-            row = oh * wq
-            for j in range(wo):
-                dst[j] = op[np.uint64(row + j)]
+                    op[j] = (b + w0 * a0[j] + w1 * a1[j] + w2 * a2[j] + w3 * a3[j] + w4 * a4[j] + w5 * a5[j]
+                             + w6 * a6[j] + w7 * a7[j] + w8 * a8[j])
+            else:   # windows of more than nine taps
+                s0, s1, s2, s3, s4, s5, s6, s7, s8 = _tap_slices(ph, t, taps, kw, sw, sh, dh, dw, hq, wq)
+                for j in range(size):
+                    op[j] += (w0 * s0[j] + w1 * s1[j] + w2 * s2[j] + w3 * s3[j] + w4 * s4[j] + w5 * s5[j]
+                              + w6 * s6[j] + w7 * s7[j] + w8 * s8[j])
+        _copy_rows(op, af, q * ho * wo, ho, wo, wq)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tap_slices(ph, t, taps, kw, sw, sh, dh, dw, hq, wq):
+    """The phases from where taps t .. t + 8 start (``_tap_offset``)."""
+    return (ph[_tap_offset(t, taps, kw, sw, sh, dh, dw, hq, wq):],
+            ph[_tap_offset(t + 1, taps, kw, sw, sh, dh, dw, hq, wq):],
+            ph[_tap_offset(t + 2, taps, kw, sw, sh, dh, dw, hq, wq):],
+            ph[_tap_offset(t + 3, taps, kw, sw, sh, dh, dw, hq, wq):],
+            ph[_tap_offset(t + 4, taps, kw, sw, sh, dh, dw, hq, wq):],
+            ph[_tap_offset(t + 5, taps, kw, sw, sh, dh, dw, hq, wq):],
+            ph[_tap_offset(t + 6, taps, kw, sw, sh, dh, dw, hq, wq):],
+            ph[_tap_offset(t + 7, taps, kw, sw, sh, dh, dw, hq, wq):],
+            ph[_tap_offset(t + 8, taps, kw, sw, sh, dh, dw, hq, wq):])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _copy_rows(op, dst, start, ho, wo, wq):
+    """Output rows ``wq`` wide in ``op`` to the flat ``dst`` at ``start``, ``wo`` wide."""
+    for oh in range(ho):
+        d = start + oh * wo
+        r = oh * wq
+        for j in range(wo):
+            dst[np.uint64(d + j)] = op[np.uint64(r + j)]
 
 
 @njit(cache=True, nogil=True)
@@ -1108,7 +1170,7 @@ def pool_geometry(x_shape, kernel, out_shape, strides, pads_begin, dilations, ki
 def pool_scratch(geo: np.ndarray, nparts: int) -> int:
     """Scratch elements ``pool_run`` needs with ``nparts`` parts: per part, a plane's stride phases and the
     output rows."""
-    return nparts * _phase_scratch(geo)
+    return nparts * _slot(_phase_scratch(geo))
 
 
 @njit(cache=True, nogil=True)
@@ -1126,6 +1188,8 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
     hq, wq = _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw)
     phases = sh * sw * (hq * wq + wq)
     size = ho * wq
+    h, width = geo[H], geo[W]
+    xf = x.reshape(x.size)
     ph = scratch[:phases]
     full = scratch[phases:phases + size]
     fill = -np.inf if is_max else 0.0
@@ -1134,7 +1198,7 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
     for q in range(q0, q1):
         n = q // c_all
         c = q - n * c_all
-        _into_phases(x[n, c], ph, sh, sw, pt, pl, hq, wq)
+        _into_phases(xf, q * h * width, h, width, ph, sh, sw, pt, pl, hq, wq)
         for j in range(size):
             full[j] = ph[j]
         for ki in range(kh):
