@@ -151,3 +151,18 @@ def test_column_tiles_match_the_reference(monkeypatch):
             out = np.full(expected.shape, np.nan, np.float32)
             K.conv_run(x, K.pack_weights(w, geo), b, geo, out, np.empty(col_size, np.float32), parts, nprep)
             np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4, err_msg=f"{nparts} {(n, c, h, m, k)}")
+
+
+def test_depthwise_parts_before_an_epilogue_fit_in_cache():
+    """A depthwise conv that an epilogue follows is cut into parts of at most EPILOGUE_ELEMS outputs, a whole
+    number per thread and never more than its planes; without an epilogue, one part per thread."""
+    for n, c, h, threads in ((1, 144, 56, 1), (1, 144, 56, 2), (2, 32, 112, 2), (1, 6, 112, 4), (1, 960, 7, 2)):
+        geo = K.conv_geometry((n, c, h, h), (c, 1, 3, 3), (n, c, h, h), (1, 1), (1, 1), (1, 1), c)
+        _, plain, _ = K.plan_conv(geo, threads, K.DEPTHWISE, min_seconds=0)
+        assert plain == min(threads, n * c)
+        _, parts, _ = K.plan_conv(geo, threads, K.DEPTHWISE, min_seconds=0, epilogue=True)
+        planes = n * c
+        assert parts % plain == 0 and parts <= planes
+        most = max(1, K.EPILOGUE_ELEMS // (h * h))   # planes a part may take
+        assert -(-planes // parts) <= most or parts == planes // plain * plain, (n, c, h, threads, parts)
+        assert parts < 2 * plain or -(-planes // (parts - plain)) > most   # no more parts than needed

@@ -91,6 +91,9 @@ WINO_CHUNK = 1 << 14
 WINO_PAD = 48
 #: work worth a parallel region (one costs ~5-10 us on this VM; a BLAS product's threshold is the same ~20 us)
 PARALLEL_MIN_S = 20e-6
+#: outputs of a depthwise part at most (when there are planes enough): the epilogue that follows the part on its
+#: thread finds them in L2 (one part per thread over a 144x56x56 output ran a Clip after it at ~3 GB/s)
+EPILOGUE_ELEMS = 1 << 16
 #: elements a part's scratch is rounded to (``_slot``): two 64-byte lines of float32, as the prefetcher pairs them
 SLOT = 32
 
@@ -177,13 +180,21 @@ def choose(geo: np.ndarray) -> int:
     return min((GEMM, DIRECT, WINOGRAD), key=lambda algo: seconds(geo, algo))
 
 
-def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
-              min_seconds: float | None = None) -> tuple[int, int, int]:
-    """Set ``geo``'s algorithm (``choose``'s unless given) and mode, and cut the work into one part per thread
-    when it takes at least ``min_seconds`` on one core; returns (col elements, nparts, nprep)."""
-    geo[ALGO] = choose(geo) if algo is None else algo
+def parallel(geo: np.ndarray, threads: int, min_seconds: float | None = None) -> bool:
+    """Whether ``geo``'s convolution (its algorithm set) runs on the pool: it takes at least ``min_seconds``
+    (``PARALLEL_MIN_S``) on one core."""
     least = PARALLEL_MIN_S if min_seconds is None else min_seconds
-    nparts = threads if threads > 1 and seconds(geo, int(geo[ALGO])) >= least else 1
+    return threads > 1 and seconds(geo, int(geo[ALGO])) >= least
+
+
+def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
+              min_seconds: float | None = None, epilogue: bool = False) -> tuple[int, int, int]:
+    """Set ``geo``'s algorithm (``choose``'s unless given) and mode, and cut the work into one part per thread
+    when it takes at least ``min_seconds`` on one core (``parallel``); a depthwise conv that an ``epilogue``
+    follows into parts of at most ``EPILOGUE_ELEMS`` outputs (a whole number per thread). Returns (col
+    elements, nparts, nprep)."""
+    geo[ALGO] = choose(geo) if algo is None else algo
+    nparts = threads if parallel(geo, threads, min_seconds) else 1
     if geo[ALGO] == DIRECT and not direct_applies(geo):
         raise ValueError("the direct kernel takes stride 1 and whole blocks of output channels per group only")
     if geo[ALGO] == WINOGRAD:
@@ -200,7 +211,12 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         parts = max(1, min(nparts, rows))
         return parts * _slot(_winograd_scratch(geo)), parts, 0
     if geo[ALGO] != GEMM:
-        parts = max(1, min(nparts, int(geo[N] * geo[M])))
+        planes = int(geo[N] * geo[M])
+        parts = max(1, min(nparts, planes))
+        if epilogue and geo[ALGO] == DEPTHWISE:   # the epilogue follows each part while its output is in cache
+            chunks = -(-planes // max(1, EPILOGUE_ELEMS // int(geo[HO] * geo[WO])))   # whole planes a part
+            chunks = -(-chunks // parts) * parts                    # a whole number per thread
+            parts = max(parts, min(chunks, planes // parts * parts))
         per_part = _slot(_phase_scratch(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo))
         return parts * per_part, parts, 0
     k_all = int(geo[C] * geo[KH] * geo[KW])
@@ -1152,9 +1168,11 @@ def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
         part(x, w, bias, geo, out, col, p, nparts)
 
 
-def conv_run(x, w, bias, geo, out, col, nparts: int, nprep: int) -> None:
-    """The whole convolution into ``out`` (see the module docstring), on Numba's pool when ``nparts > 1``."""
-    (conv_run_parallel if nparts > 1 else conv_run_serial)(x, w, bias, geo, out, col, nparts, nprep)
+def conv_run(x, w, bias, geo, out, col, nparts: int, nprep: int, pool: bool | None = None) -> None:
+    """The whole convolution into ``out`` (see the module docstring), on Numba's pool when ``pool`` (by default
+    when ``nparts > 1``)."""
+    on_pool = nparts > 1 if pool is None else pool
+    (conv_run_parallel if on_pool else conv_run_serial)(x, w, bias, geo, out, col, nparts, nprep)
 
 
 # ---------------------------------------------------------------------------- pooling

@@ -354,7 +354,7 @@ class EpilogueImpl(StepImpl):
             return self._product(ctx, sub, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs)
         if self.head.qualified_op == "Conv":
             try:
-                setup = ConvSetup(sub, self.head_attrs, with_bias=False)
+                setup = ConvSetup(sub, self.head_attrs, with_bias=False, epilogue=True)
             except NotNative:
                 setup = None
             if setup is not None:
@@ -391,7 +391,7 @@ class EpilogueImpl(StepImpl):
 
         def build(alias):
             kconv.ensure_entries(setup.geo, setup.dtype)   # the module calls the part by address
-            kernel = EpilogueKernel(plan, options, cache, conv_contraction(setup.geo), types, setup.nparts > 1,
+            kernel = EpilogueKernel(plan, options, cache, conv_contraction(setup.geo), types, setup.parallel,
                                     alias=(0,) if in_place else None)
             const_shapes = [c.shape for c in kernel.constant_arrays]
             kernel.dims = np.asarray(kernel.layout.dims(setup.out_shape, ew_shapes + const_shapes), np.int64)
@@ -475,9 +475,10 @@ def conv_contraction(geo: np.ndarray) -> Contraction:
 class ConvSetup:
     """One 2-D NCHW convolution bound for ``tlc.kernels.conv``: its geometry with the algorithm the cost model
     chose, weights packed once for it, the bias (``with_bias``: the conv's own; else none), the im2col buffer's
-    size and how the work is cut into parts. NotNative when the family cannot run it (the numpy library can)."""
+    size and how the work is cut into parts (an ``epilogue`` follows each part: ``kconv.plan_conv``), and whether
+    they run on the pool. NotNative when the family cannot run it (the numpy library can)."""
 
-    def __init__(self, ctx: BindContext, attrs: dict[str, Any], with_bias: bool = True):
+    def __init__(self, ctx: BindContext, attrs: dict[str, Any], with_bias: bool = True, epilogue: bool = False):
         x, w, *_ = ctx.in_shapes()
         y = tuple(ctx.out_types[0].shape)
         self.dtype = np_dtype(ctx.in_types[0].dtype)
@@ -498,7 +499,8 @@ class ConvSetup:
         algo = kconv.choose(self.geo)
         if weights is None and algo in (kconv.DIRECT, kconv.WINOGRAD):   # weights fed at run time: the
             algo = kconv.GEMM                                              # algorithm that reads them unpacked
-        self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo)
+        self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo, epilogue=epilogue)
+        self.parallel = kconv.parallel(self.geo, ctx.threads)   # parts on the pool (else on the calling thread)
         self.weights: Any = F(ctx.inputs[1]) if weights is None else \
             kconv.pack_weights(np.asarray(weights, self.dtype), self.geo)
         self.w_size = int(np.prod(w))
@@ -513,6 +515,8 @@ class ConvSetup:
         self.out_shape = y
         algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]]
         self.note = f"{algo}, {self.nparts} part(s)" if self.nparts > 1 else algo
+        if self.nparts > 1 and not self.parallel:
+            self.note += " on this thread"
 
     def types(self) -> tuple:
         """Numba types of (x, w, bias, geo, acc, col) as the family's functions get them."""
@@ -568,8 +572,8 @@ class ConvImpl(StepImpl):
             return Bound(fallback, note=f"{note} (numpy): {exc}")
         work.append(((setup.col_size,), setup.dtype))
         col = W(len(work) - 1)
-        parallel = setup.nparts > 1
-        if parallel or setup.nprep:
+        parallel = setup.parallel
+        if parallel or setup.nprep or setup.nparts > 1:
             fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
             native = [Call(fn, setup.args(out, col) + (setup.nparts, setup.nprep))]
         else:   # one part on this thread: the algorithm's part function, called directly

@@ -1,0 +1,118 @@
+"""Per-shape timings of the convolution family (tlc.kernels.conv) against onnxruntime's Conv on the same shape.
+
+    python tools/conv_shapes.py                      # MobileNetV2's depthwise and 1x1 shapes, 1 and 2 threads
+    python tools/conv_shapes.py --shapes dw3:960@7/1 3x3:64-64@56/1 --threads 1
+
+A shape is ``dwK:C@H/S`` (depthwise KxK over C channels of HxH, stride S) or ``KxK:C-M@H/S`` (C -> M channels).
+tlc runs the algorithm its cost model picks (``conv_run``: the kernel alone, no plan around it) and onnxruntime a
+one-node model (ORT_ENABLE_ALL, its NCHWc kernels), interleaved in rounds on the same input; the table gives
+medians with [min-max] in microseconds and the ratio tlc / onnxruntime. The input stays in cache between calls,
+so in a model, where it comes from the step before, both are slower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+MOBILENETV2 = ["dw3:32@112/1", "dw3:96@112/2", "dw3:144@56/1", "dw3:144@56/2", "dw3:192@28/1", "dw3:192@28/2",
+               "dw3:384@14/1", "dw3:576@14/1", "dw3:576@14/2", "dw3:960@7/1",
+               "1x1:16-96@112/1", "1x1:144-24@56/1", "1x1:192-64@14/1", "1x1:960-320@7/1", "1x1:320-1280@7/1",
+               "3x3:3-32@224/2"]
+
+
+def parse(shape: str) -> tuple[int, int, int, int, int, int]:
+    """(C, M, H, K, stride, group) of a shape string."""
+    dw = re.fullmatch(r"dw(\d+):(\d+)@(\d+)/(\d+)", shape)
+    if dw:
+        k, c, h, s = map(int, dw.groups())
+        return c, c, h, k, s, c
+    full = re.fullmatch(r"(\d+)x\1:(\d+)-(\d+)@(\d+)/(\d+)", shape)
+    if not full:
+        raise SystemExit(f"bad shape {shape!r}: expected dwK:C@H/S or KxK:C-M@H/S")
+    k, c, m, h, s = map(int, full.groups())
+    return c, m, h, k, s, 1
+
+
+def ort_session(x, w, b, k, s, group, threads):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k], pads=[k // 2] * 4,
+                            strides=[s, s], group=group)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def interleaved(contenders: dict, rounds: int) -> dict:
+    """Microseconds per call of each contender, interleaved: ``rounds`` rounds of 10 calls each."""
+    for fn in contenders.values():
+        fn()
+    times: dict = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            for _ in range(10):
+                t0 = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - t0) * 1e6)
+    return {name: np.asarray(t) for name, t in times.items()}
+
+
+def row(shape: str, threads: int, batch: int, rounds: int) -> str:
+    """One table row: the shape's conv in tlc's kernel and in onnxruntime at ``threads`` threads."""
+    import numba
+
+    from tlc.kernels import conv as K
+    c, m, h, k, s, group = parse(shape)
+    ho = (h + 2 * (k // 2) - k) // s + 1
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, c, h, h)).astype(np.float32)
+    w = (rng.standard_normal((m, c // group, k, k)) * 0.1).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    numba.set_num_threads(threads)
+    geo = K.conv_geometry(x.shape, w.shape, (batch, m, ho, ho), (s, s), (k // 2, k // 2), (1, 1), group)
+    col_size, nparts, nprep = K.plan_conv(geo, threads)
+    packed = K.pack_weights(w, geo)
+    out = np.empty((batch, m, ho, ho), np.float32)
+    col = np.empty(max(1, col_size), np.float32)
+    session = ort_session(x, w, b, k, s, group, threads)
+    times = interleaved({"tlc": lambda: K.conv_run(x, packed, b, geo, out, col, nparts, nprep),
+                         "ort": lambda: session.run(None, {"x": x})}, rounds)
+    err = float(np.abs(out - session.run(None, {"x": x})[0]).max())
+    t, o = times["tlc"], times["ort"]
+    return (f"| {shape} | {threads} | {K.ALGO_NAMES[geo[K.ALGO]]}, {nparts} | {np.median(t):.0f} "
+            f"[{t.min():.0f}-{t.max():.0f}] | {np.median(o):.0f} [{o.min():.0f}-{o.max():.0f}] | "
+            f"x{np.median(t) / np.median(o):.2f} | {err:.1e} |")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=MOBILENETV2, help="shapes (default: MobileNetV2's)")
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of 10 calls each")
+    args = parser.parse_args(argv)
+    from tlc.kernels import blas
+    blas.set_threads(1)
+    print("| shape | threads | algorithm, parts | tlc us | onnxruntime us | tlc / ort | max err |")
+    print("|---|---|---|---|---|---|---|")
+    for shape in args.shapes:
+        parse(shape)
+        for threads in args.threads:
+            print(row(shape, threads, args.batch, args.rounds), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
