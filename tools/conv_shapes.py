@@ -55,13 +55,20 @@ def ort_session(x, w, b, k, s, group, threads):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+#: seconds between contenders' blocks: onnxruntime's and Numba's pools spin ~0.13 s after a call
+PAUSE_S = 0.2
+
+
 def interleaved(contenders: dict, rounds: int) -> dict:
-    """Microseconds per call of each contender, interleaved: ``rounds`` rounds of 10 calls each."""
+    """Microseconds per call of each contender, interleaved: ``rounds`` rounds of 10 calls each, a pause and a
+    call left out before each block."""
     for fn in contenders.values():
         fn()
     times: dict = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
+            time.sleep(PAUSE_S)   # the other contender's spinning threads go idle (shared/FACTS.md)
+            fn()                  # the first call after the pause is left out
             for _ in range(10):
                 t0 = time.perf_counter()
                 fn()

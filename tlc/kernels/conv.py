@@ -1199,7 +1199,6 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
     and compares strictly, pads counting as -inf, exactly as the reference and onnxruntime (a NaN counts only
     as a window's first tap); average sums with zero pads and divides by ``divisor`` [HO, WO]
     (``lib_pool.avg_divisor``: ONNX's rules for ``count_include_pad``)."""
-    c_all = geo[C]
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
     is_max = geo[KIND] == MAX
@@ -1208,41 +1207,63 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
     size = ho * wq
     h, width = geo[H], geo[W]
     xf = x.reshape(x.size)
+    of = out.reshape(out.size)
+    df = divisor.reshape(divisor.size)
     ph = scratch[:phases]
     full = scratch[phases:phases + size]
-    fill = -np.inf if is_max else 0.0
+    fill = x.dtype.type(-np.inf) if is_max else x.dtype.type(0)
     for j in range(phases):
         ph[j] = fill
+    taps = kh * kw
+    # a 3x3 window in one pass over a slice per tap (as ``_depthwise_flat``)
+    a0, a1, a2, a3, a4, a5, a6, a7, a8 = _tap_slices(ph, 0, taps, kw, sw, sh, dh, dw, hq, wq)
     for q in range(q0, q1):
-        n = q // c_all
-        c = q - n * c_all
         _into_phases(xf, q * h * width, h, width, ph, sh, sw, pt, pl, hq, wq)
-        for j in range(size):
-            full[j] = ph[j]
-        for ki in range(kh):
+        if taps == TAPS_PER_PASS and is_max:
+            for j in range(size):
+                m = a0[j]
+                v = a1[j]
+                m = v if v > m else m
+                v = a2[j]
+                m = v if v > m else m
+                v = a3[j]
+                m = v if v > m else m
+                v = a4[j]
+                m = v if v > m else m
+                v = a5[j]
+                m = v if v > m else m
+                v = a6[j]
+                m = v if v > m else m
+                v = a7[j]
+                m = v if v > m else m
+                v = a8[j]
+                full[j] = v if v > m else m
+        elif taps == TAPS_PER_PASS:
+            for j in range(size):
+                full[j] = a0[j] + a1[j] + a2[j] + a3[j] + a4[j] + a5[j] + a6[j] + a7[j] + a8[j]
+        else:
+            for j in range(size):
+                full[j] = ph[j]
+        for ki in range(kh if taps != TAPS_PER_PASS else 0):
             for kj in range(kw):
                 if ki == 0 and kj == 0:
                     continue
-                base = _phase_offset(ki, kj, sw, sh, dh, dw, hq, wq)
+                tap = ph[_phase_offset(ki, kj, sw, sh, dh, dw, hq, wq):]
                 if is_max:
                     for j in range(size):
-                        v = ph[np.uint64(j + base)]
-                        m = full[np.uint64(j)]
-                        full[np.uint64(j)] = v if v > m else m
+                        v = tap[j]
+                        m = full[j]
+                        full[j] = v if v > m else m
                 else:
                     for j in range(size):
-                        full[np.uint64(j)] += ph[np.uint64(j + base)]
-        o = out[n, c]
-        for oh in range(ho):
-            r = o[oh]
-            row = oh * wq
-            if is_max:
+                        full[j] += tap[j]
+        if is_max:
+            _copy_rows(full, of, q * ho * wo, ho, wo, wq)
+        else:
+            for oh in range(ho):
+                row, dst = oh * wq, (q * ho + oh) * wo
                 for j in range(wo):
-                    r[j] = full[np.uint64(row + j)]
-            else:
-                d = divisor[oh]
-                for j in range(wo):
-                    r[j] = full[np.uint64(row + j)] / d[j]
+                    of[np.uint64(dst + j)] = full[np.uint64(row + j)] / df[np.uint64(oh * wo + j)]
 
 
 def _entry_pool(xp, xn, gp, gn, dp, dn, op, on, sp, sn, q0, q1, rp):
