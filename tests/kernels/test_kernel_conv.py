@@ -24,6 +24,7 @@ GEOMETRIES = [
     (2, 5, 6, 7, 1, 2, 0, 1, 1),      # strided 1x1: gathered
     (1, 8, 9, 12, 2, 2, 0, 4, 1),     # even kernel, groups of two channels
     (1, 3, 11, 4, 4, 3, 1, 1, 1),     # kernel wider than the stride
+    (2, 3, 11, 8, 3, 2, 2, 1, 2),     # strided and dilated: the direct kernel on stride phases, two images
     (1, 5, 17, 6, 1, 1, 0, 1, 1),     # pointwise, few output channels over many columns: column tiles
     (2, 6, 9, 5, 3, 1, 1, 1, 1),      # Winograd: odd output size (ragged last tiles), two images
     (1, 4, 6, 3, 3, 1, 0, 1, 1),      # Winograd without padding (4x4 output)

@@ -7,12 +7,13 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   and no padding reads the input directly. Parts are whole images, runs of one batch's output rows (after a
   parallel im2col, ``conv_prepare``), or column tiles whose im2col block stays in L2 (large gathers, or few
   output channels). The BLAS kernels win on large convolutions.
-- ``DIRECT`` (stride 1, whole blocks of four output channels per group): four output planes accumulated
-  together from weights packed once at compile time as [M/4, C/group, kh, kw, 4], one input load per four
-  multiply-adds, on a flat padded copy of the image so that every tap is one long vector loop. For small
-  convolutions, where im2col and a BLAS call cost more than the arithmetic.
-- ``DEPTHWISE``: one input channel per output channel (group == C == M): kh*kw multiply-add loops per flat
-  plane, a strided conv on the plane's stride phases (``_into_phases``: every output computed once).
+- ``DIRECT`` (whole blocks of four output channels per group, any stride): four output planes accumulated
+  together from weights packed once at compile time as [M/4, C/group, kh, kw, 4], on the stride phases of
+  every input plane (``_into_phases``); each pass sums nine taps of one input channel into all four, one long
+  vector loop over the output. For small convolutions and few input channels (a 3-channel first conv), where
+  im2col and a BLAS call cost more than the arithmetic.
+- ``DEPTHWISE``: one input channel per output channel (group == C == M): passes of nine taps over each
+  plane's stride phases (every output computed once, a strided conv too).
 - ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(2x2, 3x3). Weights transformed once at compile time
   into 16 matrices U[16, M, C]; per chunk of 2x2 output tiles the input tiles are transformed into 16 blocks
   (B^T d B), multiplied by U in 16 BLAS products (2.25x fewer multiply-adds than im2col), and transformed back
@@ -57,12 +58,15 @@ MAX, AVG = 0, 1               # pooling kinds
 BLOCK = 4                     # output channels per direct-kernel block
 
 #: the cost model's rates on one core (2-core Zen 4 VM, thread CPU time; the sweep is recorded in
-#: docs/architecture.md). Direct: ~15 GMAC/s (stride 1, flat planes); BLAS
+#: docs/architecture.md). Direct: ~33 GMAC/s on large planes, plus a set-up per pass (``DIRECT_PASS_S``); BLAS
 #: ~55 GMAC/s on products with many columns after ~10 us per call with its im2col set-up (a whole 3x3 conv of
 #: ResNet's first stage: 38 GMAC/s), the gather ~3 G elements/s.
 #: Measured: 8 -> 8 channels at 16x16 direct 8 us against im2col + BLAS 19 us; 64 -> 64 at 56x56 8.0 ms
 #: against 2.6 ms.
-DIRECT_MACS_PER_S = 15e9
+DIRECT_MACS_PER_S = 33e9
+#: the direct kernel's set-up of one pass (nine slices, 36 weights): 14x14 and 7x7 outputs with hundreds of
+#: input channels ran at 12-15 GMAC/s, 56x56 and larger at 30-35
+DIRECT_PASS_S = 60e-9
 DEPTHWISE_MACS_PER_S = 2e9
 BLAS_MACS_PER_S = 55e9
 #: output columns (positions) from which a product reaches that rate: 512 -> 512 at 7x7 (49 columns) runs at
@@ -163,8 +167,11 @@ def seconds(geo: np.ndarray, algo: int) -> float:
             16 * tiles * (geo[C] / WINO_IN_ELEMS_PER_S + geo[M] / WINO_OUT_ELEMS_PER_S)
     if algo == DEPTHWISE:
         return work / DEPTHWISE_MACS_PER_S
-    if algo == DIRECT:   # stride 1 with whole blocks per group only (a row-wise form reached ~6 GMAC/s: dropped)
-        return work / DIRECT_MACS_PER_S if direct_applies(geo) else np.inf
+    if algo == DIRECT:   # whole blocks per group only; a pass sums nine taps (a 1x1 window eight zero ones)
+        if not direct_applies(geo):
+            return np.inf
+        passes = geo[N] * (geo[M] // BLOCK) * (geo[C] // geo[GROUP]) * -(-geo[KH] * geo[KW] // TAPS_PER_PASS)
+        return passes * (BLOCK * TAPS_PER_PASS * geo[HO] * geo[WO] / DIRECT_MACS_PER_S + DIRECT_PASS_S)
     k = (geo[C] // geo[GROUP]) * geo[KH] * geo[KW]
     gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * geo[HO] * geo[WO]
     rate = BLAS_MACS_PER_S * min(1.0, (geo[HO] * geo[WO] / BLAS_FULL_COLUMNS) ** 0.5) * \
@@ -240,14 +247,9 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
     return (rows * hw if gather else 1), nparts, (min(nparts, rows) if gather else 0)
 
 
-def _flat(geo) -> bool:
-    """Whether the direct kernel's flat padded plane serves this shape (stride 1): one long vector loop per tap."""
-    return bool(geo[SH] == 1 and geo[SW] == 1)
-
-
 def direct_applies(geo: np.ndarray) -> bool:
-    """Whether the direct kernel takes this shape: stride 1, output channels per group a multiple of BLOCK."""
-    return _flat(geo) and (geo[M] // geo[GROUP]) % BLOCK == 0
+    """Whether the direct kernel takes this shape: output channels per group a multiple of BLOCK."""
+    return (geo[M] // geo[GROUP]) % BLOCK == 0
 
 
 def _slot(elements: int) -> int:
@@ -257,9 +259,10 @@ def _slot(elements: int) -> int:
 
 
 def _direct_scratch(geo) -> int:
-    """The flat direct kernel's scratch per part: the image padded flat, and BLOCK output planes ``wp`` wide."""
-    wp, hp = _flat_dims(geo[H], geo[W], geo[KH], geo[KW], geo[HO], geo[WO], geo[DH], geo[DW], geo[PT], geo[PL])
-    return geo[C] * (hp * wp + wp) + BLOCK * geo[HO] * wp
+    """The direct kernel's scratch per part: every input plane's stride phases, and BLOCK output planes ``wq``
+    wide."""
+    hq, wq = _phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])
+    return int(geo[C] * geo[SH] * geo[SW] * (hq * wq + wq) + BLOCK * geo[HO] * wq)
 
 
 def _phase_scratch(geo) -> int:
@@ -336,14 +339,6 @@ def _phase_offset(ki, kj, sw, sh, dh, dw, hq, wq):
     """Where tap (ki, kj) starts in the phases of ``_into_phases``."""
     r, c = ki * dh, kj * dw
     return ((r % sh) * sw + c % sw) * (hq * wq + wq) + (r // sh) * wq + c // sw
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _flat_dims(h, width, kh, kw, ho, wo, dh, dw, pt, pl):
-    """Row length and row count of the padded plane a stride-1 window kernel reads flat."""
-    wp = max(pl + width, wo + (kw - 1) * dw)
-    hp = max(pt + h, ho + (kh - 1) * dh)
-    return wp, hp
 
 
 def pack_weights(w: np.ndarray, geo: np.ndarray) -> np.ndarray:
@@ -461,17 +456,6 @@ def _gemm_rows(x, w, bias, geo, acc, col, col_off, n, m0, m1):
     _add_bias(acc, bias, n, m0, m1, hw)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _into_plane(xc, xp, start, wp, pt, pl):
-    """Copy the image plane ``xc`` [H, W] into the flat padded plane at ``xp[start:]`` (rows ``wp`` long, the
-    image at row ``pt``, column ``pl``; the border is the caller's)."""
-    for ih in range(xc.shape[0]):
-        row = start + (ih + pt) * wp + pl
-        src = xc[ih]
-        for j in range(xc.shape[1]):
-            xp[np.uint64(row + j)] = src[j]
-
-
 @njit(cache=True, nogil=True)
 def _gemm_tile(x, w, bias, geo, acc, col, own, n, j0, j1, pointwise):
     """Output columns [j0, j1) of image ``n``, every channel: the columns' im2col block gathered into
@@ -535,54 +519,87 @@ def _gemm_tile(x, w, bias, geo, acc, col, own, n, j0, j1, pointwise):
 
 
 @njit(cache=True, nogil=True)
-def _direct_flat(x, wp_, bias, geo, acc, scratch, n, m0, m1):
-    """Stride-1 output channels [m0, m1) of image ``n`` (``m0`` a multiple of BLOCK) on a flat padded copy of the
-    image: four output planes ``wp`` wide accumulate together, one vector loop over the whole plane per input
-    channel and tap (see ``_depthwise_flat``)."""
+def _direct_phases(x, wp_, bias, geo, acc, scratch, n, m0, m1):
+    """Output channels [m0, m1) of image ``n`` (``m0`` a multiple of BLOCK) on the stride phases of every input
+    plane (``_into_phases``): four output planes ``wq`` wide accumulate together, each pass one loop over the
+    whole output that sums nine taps of one input channel into all four (36 multiply-adds a position for 9
+    loads and 4 stores; a pass per tap was 4 multiply-adds for 5 loads and 4 stores: memory-bound)."""
     c_all, h, width, m_all, group = geo[C], geo[H], geo[W], geo[M], geo[GROUP]
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
-    dh, dw, pt, pl = geo[DH], geo[DW], geo[PT], geo[PL]
+    sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
     cg, mg = c_all // group, m_all // group
-    wp, hp = _flat_dims(h, width, kh, kw, ho, wo, dh, dw, pt, pl)
-    plane = hp * wp + wp
-    size = ho * wp
+    hq, wq = _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw)
+    plane = sh * sw * (hq * wq + wq)
+    size = ho * wq
+    taps = kh * kw
+    passes = (taps + TAPS_PER_PASS - 1) // TAPS_PER_PASS
     xp = scratch[:c_all * plane]
     op = scratch[c_all * plane:c_all * plane + BLOCK * size]
+    xf = x.reshape(x.size)
+    af = acc.reshape(acc.size)
+    zero = wp_.dtype.type(0)
     for j in range(c_all * plane):
-        xp[j] = 0.0
+        xp[j] = zero
     for c in range(c_all):
-        xc = x[n, c]
-        _into_plane(xc, xp, c * plane, wp, pt, pl)
+        _into_phases(xf, (n * c_all + c) * h * width, h, width, xp[c * plane:(c + 1) * plane], sh, sw, pt, pl,
+                     hq, wq)
+    offsets = np.empty(passes * TAPS_PER_PASS, np.int64)
+    for t in range(passes * TAPS_PER_PASS):
+        offsets[t] = _tap_offset(t, taps, kw, sw, sh, dh, dw, hq, wq)
     has_bias = bias.shape[0] > 0
+    o0, o1, o2, o3 = op[:size], op[size:2 * size], op[2 * size:3 * size], op[3 * size:]
     for mb in range(m0 // BLOCK, (m1 + BLOCK - 1) // BLOCK):
         first = mb * BLOCK
         count = min(BLOCK, m1 - first)
         g = first // mg
-        for t in range(BLOCK):
-            b = bias[first + t] if has_bias and t < count else 0.0
-            for j in range(size):
-                op[np.uint64(t * size + j)] = b
-        o0, o1, o2, o3 = op[:size], op[size:2 * size], op[2 * size:3 * size], op[3 * size:]
+        b0 = bias[first] if has_bias else zero
+        b1 = bias[first + 1] if has_bias and count > 1 else zero
+        b2 = bias[first + 2] if has_bias and count > 2 else zero
+        b3 = bias[first + 3] if has_bias and count > 3 else zero
+        for j in range(size):
+            o0[j] = b0
+            o1[j] = b1
+            o2[j] = b2
+            o3[j] = b3
         for c in range(cg):
-            xc = xp[(g * cg + c) * plane:(g * cg + c + 1) * plane]
-            for ki in range(kh):
-                for kj in range(kw):
-                    k = (((mb * cg + c) * kh + ki) * kw + kj) * BLOCK
-                    w0, w1, w2, w3 = wp_[k], wp_[k + 1], wp_[k + 2], wp_[k + 3]
-                    base = ki * dh * wp + kj * dw
-                    for j in range(size):
-                        xv = xc[np.uint64(j + base)]
-                        o0[np.uint64(j)] += w0 * xv
-                        o1[np.uint64(j)] += w1 * xv
-                        o2[np.uint64(j)] += w2 * xv
-                        o3[np.uint64(j)] += w3 * xv
+            xc = xp[(g * cg + c) * plane:]
+            for t in range(0, taps, TAPS_PER_PASS):
+                a0, a1, a2 = xc[offsets[t]:], xc[offsets[t + 1]:], xc[offsets[t + 2]:]
+                a3, a4, a5 = xc[offsets[t + 3]:], xc[offsets[t + 4]:], xc[offsets[t + 5]:]
+                a6, a7, a8 = xc[offsets[t + 6]:], xc[offsets[t + 7]:], xc[offsets[t + 8]:]
+                k = ((mb * cg + c) * taps + t) * BLOCK
+                v0, v1, v2, v3, v4, v5, v6, v7, v8 = _block_weights(wp_, k, t, taps, 0)
+                u0, u1, u2, u3, u4, u5, u6, u7, u8 = _block_weights(wp_, k, t, taps, 1)
+                r0, r1, r2, r3, r4, r5, r6, r7, r8 = _block_weights(wp_, k, t, taps, 2)
+                s0, s1, s2, s3, s4, s5, s6, s7, s8 = _block_weights(wp_, k, t, taps, 3)
+                for j in range(size):
+                    e0, e1, e2, e3, e4, e5, e6, e7, e8 = a0[j], a1[j], a2[j], a3[j], a4[j], a5[j], a6[j], a7[j], a8[j]
+                    o0[j] += (v0 * e0 + v1 * e1 + v2 * e2 + v3 * e3 + v4 * e4 + v5 * e5 + v6 * e6 + v7 * e7
+                              + v8 * e8)
+                    o1[j] += (u0 * e0 + u1 * e1 + u2 * e2 + u3 * e3 + u4 * e4 + u5 * e5 + u6 * e6 + u7 * e7
+                              + u8 * e8)
+                    o2[j] += (r0 * e0 + r1 * e1 + r2 * e2 + r3 * e3 + r4 * e4 + r5 * e5 + r6 * e6 + r7 * e7
+                              + r8 * e8)
+                    o3[j] += (s0 * e0 + s1 * e1 + s2 * e2 + s3 * e3 + s4 * e4 + s5 * e5 + s6 * e6 + s7 * e7
+                              + s8 * e8)
         for t in range(count):   # a block across a group boundary never happens: see conv_part
-            o = acc[n, first + t]
-            for oh in range(ho):
-                dst = o[oh]
-                row = t * size + oh * wp
-                for j in range(wo):
-                    dst[j] = op[np.uint64(row + j)]
+            _copy_rows(op[t * size:], af, (n * m_all + first + t) * ho * wo, ho, wo, wq)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_weights(wp_, k, t, taps, o):
+    """Output ``o``'s weights of taps t .. t + 8 in a DIRECT block from ``wp_[k:]`` ([taps, BLOCK]); zero past
+    the last tap."""
+    return (_block_weight(wp_, k, t, taps, o, 0), _block_weight(wp_, k, t, taps, o, 1),
+            _block_weight(wp_, k, t, taps, o, 2), _block_weight(wp_, k, t, taps, o, 3),
+            _block_weight(wp_, k, t, taps, o, 4), _block_weight(wp_, k, t, taps, o, 5),
+            _block_weight(wp_, k, t, taps, o, 6), _block_weight(wp_, k, t, taps, o, 7),
+            _block_weight(wp_, k, t, taps, o, 8))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_weight(wp_, k, t, taps, o, i):
+    return wp_[k + i * BLOCK + o] if t + i < taps else wp_.dtype.type(0)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -864,7 +881,7 @@ def part_direct(x, w, bias, geo, acc, col, p, nparts):
         stop = min(b1, (n + 1) * blocks_per_image)
         lo_m = (b - n * blocks_per_image) * BLOCK
         hi_m = min(m_all, (stop - n * blocks_per_image) * BLOCK)
-        _direct_flat(x, w, bias, geo, acc, own, n, lo_m, hi_m)
+        _direct_phases(x, w, bias, geo, acc, own, n, lo_m, hi_m)
         b = stop
     return lo * hw, hi * hw
 
