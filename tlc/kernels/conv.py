@@ -1238,23 +1238,8 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
         _into_phases(xf, q * h * width, h, width, ph, sh, sw, pt, pl, hq, wq)
         if taps == TAPS_PER_PASS and is_max:
             for j in range(size):
-                m = a0[j]
-                v = a1[j]
-                m = v if v > m else m
-                v = a2[j]
-                m = v if v > m else m
-                v = a3[j]
-                m = v if v > m else m
-                v = a4[j]
-                m = v if v > m else m
-                v = a5[j]
-                m = v if v > m else m
-                v = a6[j]
-                m = v if v > m else m
-                v = a7[j]
-                m = v if v > m else m
-                v = a8[j]
-                full[j] = v if v > m else m
+                m = _later(_later(_later(_later(a0[j], a1[j]), a2[j]), a3[j]), a4[j])
+                full[j] = _later(_later(_later(_later(m, a5[j]), a6[j]), a7[j]), a8[j])
         elif taps == TAPS_PER_PASS:
             for j in range(size):
                 full[j] = a0[j] + a1[j] + a2[j] + a3[j] + a4[j] + a5[j] + a6[j] + a7[j] + a8[j]
@@ -1281,6 +1266,13 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
                 row, dst = oh * wq, (q * ho + oh) * wo
                 for j in range(wo):
                     of[np.uint64(dst + j)] = full[np.uint64(row + j)] / df[np.uint64(oh * wo + j)]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _later(m, v):
+    """A window's running max after its next tap ``v``: strictly greater only, as the reference (a NaN counts
+    only as the first tap)."""
+    return v if v > m else m
 
 
 def _entry_pool(xp, xn, gp, gn, dp, dn, op, on, sp, sn, q0, q1, rp):
