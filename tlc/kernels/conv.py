@@ -1185,11 +1185,9 @@ def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
         part(x, w, bias, geo, out, col, p, nparts)
 
 
-def conv_run(x, w, bias, geo, out, col, nparts: int, nprep: int, pool: bool | None = None) -> None:
-    """The whole convolution into ``out`` (see the module docstring), on Numba's pool when ``pool`` (by default
-    when ``nparts > 1``)."""
-    on_pool = nparts > 1 if pool is None else pool
-    (conv_run_parallel if on_pool else conv_run_serial)(x, w, bias, geo, out, col, nparts, nprep)
+def conv_run(x, w, bias, geo, out, col, nparts: int, nprep: int) -> None:
+    """The whole convolution into ``out`` (see the module docstring), on Numba's pool when ``nparts > 1``."""
+    (conv_run_parallel if nparts > 1 else conv_run_serial)(x, w, bias, geo, out, col, nparts, nprep)
 
 
 # ---------------------------------------------------------------------------- pooling
