@@ -60,15 +60,16 @@ PAUSE_S = 0.2
 
 
 def interleaved(contenders: dict, rounds: int) -> dict:
-    """Microseconds per call of each contender, interleaved: ``rounds`` rounds of 10 calls each, a pause and a
-    call left out before each block."""
+    """Microseconds per call of each contender, interleaved: ``rounds`` rounds of 10 calls each, a pause and two
+    calls left out before each block."""
     for fn in contenders.values():
         fn()
     times: dict = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
             time.sleep(PAUSE_S)   # the other contender's spinning threads go idle (shared/FACTS.md)
-            fn()                  # the first call after the pause is left out
+            fn()                  # the first two calls after the pause are left out: data untouched for
+            fn()                  # ~0.1 s is slow for two passes on this VM (shared/FACTS.md)
             for _ in range(10):
                 t0 = time.perf_counter()
                 fn()
