@@ -56,13 +56,16 @@ TILE_ELEMS = 1 << 17
 WHOLE_COL_MAX = 1 << 20
 MAX, AVG = 0, 1               # pooling kinds
 BLOCK = 4                     # output channels per direct-kernel block
+#: taps one pass of the window kernels (depthwise, direct, 3x3 pooling) sums per output: a 3x3 window in one
+#: pass over the output (a pass per tap moved the output through the cache nine times: 2-5 GMAC/s)
+TAPS_PER_PASS = 9
 
 #: the cost model's rates on one core (2-core Zen 4 VM, thread CPU time; the sweep is recorded in
 #: docs/architecture.md). Direct: ~33 GMAC/s on large planes, plus a set-up per pass (``DIRECT_PASS_S``); BLAS
 #: ~55 GMAC/s on products with many columns after ~10 us per call with its im2col set-up (a whole 3x3 conv of
 #: ResNet's first stage: 38 GMAC/s), the gather ~3 G elements/s.
-#: Measured: 8 -> 8 channels at 16x16 direct 8 us against im2col + BLAS 19 us; 64 -> 64 at 56x56 8.0 ms
-#: against 2.6 ms.
+#: Measured: 8 -> 8 channels at 16x16 direct 8 us against im2col + BLAS 12 us; 64 -> 64 at 56x56 3.2 ms
+#: against 3.0 ms (Winograd 1.2); 3 -> 32 at 224x224 stride 2 0.35 ms against 0.40.
 DIRECT_MACS_PER_S = 33e9
 #: the direct kernel's set-up of one pass (nine slices, 36 weights): 14x14 and 7x7 outputs with hundreds of
 #: input channels ran at 12-15 GMAC/s, 56x56 and larger at 30-35
@@ -203,7 +206,7 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
     geo[ALGO] = choose(geo) if algo is None else algo
     nparts = threads if parallel(geo, threads, min_seconds) else 1
     if geo[ALGO] == DIRECT and not direct_applies(geo):
-        raise ValueError("the direct kernel takes stride 1 and whole blocks of output channels per group only")
+        raise ValueError("the direct kernel takes whole blocks of output channels per group only")
     if geo[ALGO] == WINOGRAD:
         if not winograd_applies(geo):
             raise ValueError("Winograd F(2x2, 3x3) takes 3x3 kernels, stride 1, no dilation, one group only")
@@ -618,10 +621,6 @@ def _tap_weight(w, c, t, taps):
     return w[c * taps + t] if t < taps else w.dtype.type(0)
 
 
-#: taps one pass of the depthwise kernel sums per output: a 3x3 window in one pass over the output (a pass per
-#: tap moved the output through the cache nine times: 2-5 GMAC/s)
-TAPS_PER_PASS = 9
-
 
 @njit(cache=True, nogil=True)
 def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
@@ -649,8 +648,7 @@ def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
     # plane, they were most of the time of a 7x7 plane
     a0, a1, a2, a3, a4, a5, a6, a7, a8 = _tap_slices(ph, 0, taps, kw, sw, sh, dh, dw, hq, wq)
     for q in range(q0, q1):
-        n = q // c_all
-        c = q - n * c_all
+        c = q % c_all
         _into_phases(xf, q * h * width, h, width, ph, sh, sw, pt, pl, hq, wq)
         for t in range(0, taps, TAPS_PER_PASS):
             w0, w1, w2 = _tap_weight(w, c, t, taps), _tap_weight(w, c, t + 1, taps), _tap_weight(w, c, t + 2, taps)

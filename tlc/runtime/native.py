@@ -500,7 +500,8 @@ class ConvSetup:
         if weights is None and algo in (kconv.DIRECT, kconv.WINOGRAD):   # weights fed at run time: the
             algo = kconv.GEMM                                              # algorithm that reads them unpacked
         self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo, epilogue=epilogue)
-        self.parallel = kconv.parallel(self.geo, ctx.threads)   # parts on the pool (else on the calling thread)
+        # parts on the pool (else in order on the calling thread): several parts, and work worth a region
+        self.parallel = self.nparts > 1 and kconv.parallel(self.geo, ctx.threads)
         self.weights: Any = F(ctx.inputs[1]) if weights is None else \
             kconv.pack_weights(np.asarray(weights, self.dtype), self.geo)
         self.w_size = int(np.prod(w))
