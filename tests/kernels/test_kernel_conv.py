@@ -20,6 +20,9 @@ GEOMETRIES = [
     (1, 6, 7, 6, 3, 2, 1, 6, 1),      # depthwise, stride 2
     (3, 8, 10, 8, 5, 1, 2, 8, 2),     # depthwise, dilated, three images: a 25-tap window in three passes
     (1, 4, 6, 4, 2, 1, 0, 4, 1),      # depthwise 2x2: a pass of four taps and five zero ones
+    (2, 6, 7, 6, 3, 1, 1, 6, 1),      # depthwise 3x3 "same": straight from the input, first/last plane padded
+    (1, 5, 1, 5, 3, 1, 1, 5, 1),      # ... on 1x1 planes (one row: no band above or below)
+    (3, 3, 2, 3, 3, 1, 1, 3, 1),      # ... on 2x2 planes (no rows between the first and the last)
     (1, 5, 6, 7, 1, 1, 0, 1, 1),      # pointwise: BLAS straight on the input
     (2, 5, 6, 7, 1, 2, 0, 1, 1),      # strided 1x1: gathered
     (1, 8, 9, 12, 2, 2, 0, 4, 1),     # even kernel, groups of two channels
@@ -57,6 +60,26 @@ def test_every_algorithm_matches_the_reference(dtype):
                     np.testing.assert_allclose(out, expected, rtol=1e-4 if dtype == np.float32 else 1e-10,
                                                atol=1e-4 if dtype == np.float32 else 1e-10,
                                                err_msg=f"{K.ALGO_NAMES[algo]}/{nparts} {(n, c, h, m, k, s, p, g, d)}")
+
+
+def test_depthwise_same_never_counts_what_it_reads_across_a_row_end():
+    """``_depthwise_same`` reads the element before a row's start and after its end (the row before, the row
+    after, the neighbouring plane) and must drop it: infinities and NaNs at every row's ends stay where the
+    reference puts them (read across a row's end, the infinity at a row's start would reach the ends of the
+    rows above it, the NaN at a row's end the starts of the rows below)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    x[0, 1, 2, 0] = np.inf
+    x[1, 2, 3, -1] = np.nan
+    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    expected = reference_conv(x, w, None, strides=[1, 1], pads=[1] * 4, group=4)
+    geo = K.conv_geometry(x.shape, w.shape, expected.shape, (1, 1), (1, 1), (1, 1), 4)
+    col_size, parts, nprep = K.plan_conv(geo, 1, K.DEPTHWISE, min_seconds=0)
+    out = np.zeros(expected.shape, np.float32)
+    K.conv_run(x, K.pack_weights(w, geo), np.zeros(0, np.float32), geo, out, np.empty(col_size, np.float32),
+               parts, nprep)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    assert np.isfinite(out).sum() == out.size - 12
 
 
 def test_parts_return_contiguous_ranges_that_tile_the_output():

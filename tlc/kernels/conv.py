@@ -270,9 +270,9 @@ def _direct_scratch(geo) -> int:
 
 def _phase_scratch(geo) -> int:
     """The depthwise and pooling kernels' scratch per part: the padded plane split into its stride phases
-    (``_into_phases``), and the output rows ``wq`` wide."""
+    (``_into_phases``), the output rows ``wq`` wide, and the column mask of ``_depthwise_same``."""
     hq, wq = _phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])
-    return int(geo[SH] * geo[SW] * (hq * wq + wq) + geo[HO] * wq)
+    return int(geo[SH] * geo[SW] * (hq * wq + wq) + geo[HO] * wq + geo[H] * geo[W] + 1)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -668,6 +668,77 @@ def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _same_3x3(geo):
+    """A 3x3 window, stride 1, no dilation, one pixel of padding on every side (the output the input's size)."""
+    return (geo[KH] == 3 and geo[KW] == 3 and geo[SH] == 1 and geo[SW] == 1 and geo[DH] == 1 and geo[DW] == 1
+            and geo[PT] == 1 and geo[PL] == 1 and geo[HO] == geo[H] and geo[WO] == geo[W])
+
+
+@njit(cache=True, nogil=True)
+def _depthwise_same(x, w, bias, geo, acc, scratch, q0, q1):
+    """Depthwise planes [q0, q1) of a ``_same_3x3`` window straight from the input, no padded copy: a plane's
+    output is three flat loops (its first row, the rows between, its last row) over its flat positions, the
+    taps at fixed flat offsets; a column mask (``left[j]``: position j has a left neighbour; ``left[j + 1]``: a
+    right one) picks zero for the taps that fall off a row's ends, so the values read across a row's end (the
+    row before or after, or the neighbouring plane) never count. The tensor's first and last planes take
+    ``_depthwise_flat``: there those reads would fall one element outside the input.
+    On 7x7 and 14x14 planes the per-row copies into the padded planes and back were most of the time (960
+    planes of 7x7: 100 -> 41 us; 144 planes of 56x56: 208 -> 164 us)."""
+    h, width = geo[H], geo[W]
+    n = h * width
+    c_all, planes = geo[C], geo[N] * geo[M]
+    xf = x.reshape(x.size)
+    af = acc.reshape(acc.size)
+    hq, wq = _phase_dims(geo[HO], geo[WO], 3, 3, 1, 1, 1, 1)
+    start = hq * wq + wq + geo[HO] * wq          # after ``_depthwise_flat``'s scratch
+    left = scratch[start:start + n + 1]
+    zero, one = w.dtype.type(0), w.dtype.type(1)
+    for j in range(n):
+        left[j] = one if j % width > 0 else zero
+    left[n] = zero
+    has_bias = bias.shape[0] > 0
+    for q in range(q0, q1):
+        if q == 0 or q == planes - 1:
+            _depthwise_flat(x, w, bias, geo, acc, scratch, q, q + 1)
+            continue
+        c = q % c_all
+        b = bias[c] if has_bias else zero
+        base = q * n
+        if h == 1:
+            _same_band(xf, af, left, base, 0, n, width, w, c * 9, b, False, False)
+        else:
+            _same_band(xf, af, left, base, 0, width, width, w, c * 9, b, False, True)
+            _same_band(xf, af, left, base, width, n - width, width, w, c * 9, b, True, True)
+            _same_band(xf, af, left, base, n - width, n, width, w, c * 9, b, True, False)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pick(v, keep, zero):
+    return v if keep != zero else zero
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _same_band(xf, af, left, base, j0, j1, width, w, k, b, up, down):
+    """Positions [j0, j1) of the plane at ``base``: the row's own taps, the row above's when ``up``, the row
+    below's when ``down``. Unsigned flat indices: a signed index's wraparound check kept the loop scalar."""
+    zero = w.dtype.type(0)
+    w0, w1, w2, w3, w4, w5, w6, w7, w8 = w[k], w[k + 1], w[k + 2], w[k + 3], w[k + 4], w[k + 5], w[k + 6], \
+        w[k + 7], w[k + 8]
+    one, row = np.uint64(1), np.uint64(width)
+    for j in range(j0, j1):
+        i = np.uint64(base + j)
+        lk, rk = left[np.uint64(j)], left[np.uint64(j + 1)]
+        s = b + _pick(xf[i - one], lk, zero) * w3 + xf[i] * w4 + _pick(xf[i + one], rk, zero) * w5
+        if up:
+            u = i - row
+            s += _pick(xf[u - one], lk, zero) * w0 + xf[u] * w1 + _pick(xf[u + one], rk, zero) * w2
+        if down:
+            d = i + row
+            s += _pick(xf[d - one], lk, zero) * w6 + xf[d] * w7 + _pick(xf[d + one], rk, zero) * w8
+        af[i] = s
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _tap_slices(ph, t, taps, kw, sw, sh, dh, dw, hq, wq):
     """The phases from where taps t .. t + 8 start (``_tap_offset``)."""
     return (ph[_tap_offset(t, taps, kw, sw, sh, dh, dw, hq, wq):],
@@ -858,7 +929,11 @@ def part_depthwise(x, w, bias, geo, acc, col, p, nparts):
     hw = geo[HO] * geo[WO]
     planes = geo[N] * geo[M]
     q0, q1 = planes * p // nparts, planes * (p + 1) // nparts
-    _depthwise_flat(x, w, bias, geo, acc, col[p * (col.shape[0] // nparts):], q0, q1)
+    own = col[p * (col.shape[0] // nparts):]
+    if _same_3x3(geo):
+        _depthwise_same(x, w, bias, geo, acc, own, q0, q1)
+    else:
+        _depthwise_flat(x, w, bias, geo, acc, own, q0, q1)
     return q0 * hw, q1 * hw
 
 
