@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numba
 import numpy as np
 import pytest
@@ -9,25 +11,25 @@ from kernel_helpers import compile_for, random_array
 
 from tlc.errors import CompileError
 from tlc.ir import Graph, TensorType
-from tlc.kernels import KernelOptions, compile_group, epilogue_inputs, gemm, split_epilogue
+from tlc.kernels import KernelOptions, compile_group, epilogue_inputs, gemm, panel, split_epilogue
 from tlc.kernels.cpu import Contraction
 from tlc.kernels.epilogue import EpilogueKernel
 from tlc.kernels.plan import build_plan, typed_body
 from tlc.reference import run_graph
 
 
-def matmul_bias_relu_residual(with_constant_weight: bool) -> Graph:
-    """relu(x @ w + bias) + residual, with the weight an input or a constant of the body."""
+def matmul_bias_relu_residual(with_constant_weight: bool, cols: int = 16) -> Graph:
+    """relu(x @ w + bias) + residual, with the weight [32, cols] an input or a constant of the body."""
     g = Graph("epi")
     x = g.input("x", "float32", ("N", 32))
     rng = np.random.default_rng(0)
     w = (
-        g.constant(random_array(rng, (32, 16), "float32"))
+        g.constant(random_array(rng, (32, cols), "float32"))
         if with_constant_weight
-        else g.input("w", "float32", (32, 16))
+        else g.input("w", "float32", (32, cols))
     )
-    bias = g.input("bias", "float32", (16,))
-    residual = g.input("residual", "float32", ("N", 16))
+    bias = g.input("bias", "float32", (cols,))
+    residual = g.input("residual", "float32", ("N", cols))
     y = g.add_node("Relu", [g.add_node("Add", [g.add_node("MatMul", [x, w]), bias])])
     g.output(g.add_node("Add", [y, residual]), "out")
     return g
@@ -65,7 +67,7 @@ def test_runtime_style_in_place_epilogue(kcache):
     np.testing.assert_allclose(out, run_graph(body, [x, w, bias, residual])[0], rtol=1e-5, atol=1e-6)
 
 
-GEMM_PART = Contraction("tlc.kernels.gemm", "gemm_part", before=2, after=3)
+GEMM_PART = Contraction("tlc.kernels.gemm", "gemm_part", before=2, after=4)
 
 
 def epilogue_kernel(body: Graph, rows: int, kcache, parallel: bool, in_place: bool) -> EpilogueKernel:
@@ -74,7 +76,7 @@ def epilogue_kernel(body: Graph, rows: int, kcache, parallel: bool, in_place: bo
     types = [TensorType(t.dtype, tuple(rows if d == "N" else d for d in t.shape)) for t in types]
     t = numba.types
     f32 = t.Array(t.float32, 2, "C")
-    contraction_types = (f32, f32, f32, t.int64[:, ::1], t.float64, t.boolean)
+    contraction_types = (f32, f32, f32, t.int64[:, ::1], t.float64, t.boolean, t.float32[::1])
     plan = build_plan(typed_body(rest, types), "elementwise")
     return EpilogueKernel(plan, KernelOptions(), kcache, GEMM_PART, contraction_types, parallel,
                           alias=(0,) if in_place else None)
@@ -83,25 +85,29 @@ def epilogue_kernel(body: Graph, rows: int, kcache, parallel: bool, in_place: bo
 @pytest.mark.parametrize("parallel", [False, True])
 def test_epilogue_kernel_runs_each_part_then_its_epilogue(kcache, parallel):
     """The compiled epilogue function: BLAS parts by rows (epilogue on each part) or by columns (epilogue after
-    them all), in place in the product's buffer or into an output of its own, against the reference."""
-    body = matmul_bias_relu_residual(with_constant_weight=False)
+    them all), in place in the product's buffer or into an output of its own, with B on BLAS or packed in
+    panels (40 columns: one panel and eight on BLAS; 9 rows: a tile of six and one of three), against the
+    reference."""
+    n = 40
+    body = matmul_bias_relu_residual(with_constant_weight=False, cols=n)
     rng = np.random.default_rng(3)
     rows = 9
-    x, w = random_array(rng, (rows, 32), "float32"), random_array(rng, (32, 16), "float32")
-    bias, residual = random_array(rng, (16,), "float32"), random_array(rng, (rows, 16), "float32")
+    x, w = random_array(rng, (rows, 32), "float32"), random_array(rng, (32, n), "float32")
+    bias, residual = random_array(rng, (n,), "float32"), random_array(rng, (rows, n), "float32")
     (want,) = run_graph(body, [x, w, bias, residual])
-    offs = gemm.batch_offsets(x.shape, x.strides, w.shape, w.strides, (rows, 16), 4)
+    offs = gemm.batch_offsets(x.shape, x.strides, w.shape, w.strides, (rows, n), 4)
     for in_place in (True, False):
         kernel = epilogue_kernel(body, rows, kcache, parallel, in_place)
         assert kernel.kind == "epilogue" and "cm.gemm_part" in kernel.source
-        dims = np.asarray(kernel.layout.dims((rows, 16), [(rows, 16), (16,), (rows, 16)]), np.int64)
-        for nparts, cols in [(1, False), (3, False), (2, True)]:
-            acc = np.full((rows, 16), np.nan, np.float32)
-            out = acc if in_place else np.full((rows, 16), np.nan, np.float32)
+        dims = np.asarray(kernel.layout.dims((rows, n), [(rows, n), (n,), (rows, n)]), np.int64)
+        for (nparts, cols), packed in itertools.product([(1, False), (3, False), (2, True)],
+                                                        [gemm.UNPACKED, panel.pack(w)]):
+            acc = np.full((rows, n), np.nan, np.float32)
+            out = acc if in_place else np.full((rows, n), np.nan, np.float32)
             outs = () if in_place else (out.reshape(-1),)
-            kernel.function(dims, rows * 16, nparts, 0, cols, x, w, acc, offs, 1.0, cols, acc.reshape(-1), bias,
-                            residual.reshape(-1), *outs)
-            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+            kernel.function(dims, rows * n, nparts, 0, cols, x, w, acc, offs, 1.0, cols, packed, acc.reshape(-1),
+                            bias, residual.reshape(-1), *outs)
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5, err_msg=f"{nparts} {cols} {packed.size}")
 
 
 def test_epilogue_needs_a_leading_contraction(kcache):

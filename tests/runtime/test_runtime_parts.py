@@ -11,7 +11,7 @@ from runtime_graphs import run_in_threads
 import tlc
 from tlc.io.onnx import from_onnx
 from tlc.kernels import conv as kconv
-from tlc.kernels import gemm
+from tlc.kernels import gemm, panel
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -113,7 +113,39 @@ def test_matmul_epilogue_in_column_parts(rng, column_parts, x_shape):
     inits = {"w": rng.standard_normal((16, 40)).astype(np.float32),
              "bias": rng.standard_normal(40).astype(np.float32)}
     plan = run_both(epilogue_nodes(), {"x": x_shape, "r": x_shape[:-1] + (40,)}, inits, rng)
-    assert "BLAS in 2 column parts + epilogue" in notes(plan)   # MatMul+Add is a Gemm in 2-D
+    kind = "panels" if panel.fast() else "BLAS"   # a constant float32 weight: in panels on AVX-512 hosts
+    assert f"{kind} in 2 column parts + epilogue" in notes(plan)   # MatMul+Add is a Gemm in 2-D
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_products_on_weights_packed_in_panels(rng, threads):
+    """A constant float32 B goes into panels of 32 columns (``tlc.kernels.panel``): a MatMul with an epilogue
+    (70 columns: two panels and a masked one; 2 x 7 rows: a tile of six and one of one per image), a Gemm whose
+    B is transposed at bind time, and one with alpha (BLAS: the kernel does not scale)."""
+    inits = {"w": rng.standard_normal((16, 70)).astype(np.float32),
+             "bias": rng.standard_normal(70).astype(np.float32)}
+    plan = run_both(epilogue_nodes(), {"x": (2, 7, 16), "r": (2, 7, 70)}, inits, rng, threads=threads)
+    kind = "panels" if panel.fast() else "BLAS"
+    assert f"MatMul: {kind}" in notes(plan)
+    b, c = rng.standard_normal((45, 24)).astype(np.float32), rng.standard_normal(45).astype(np.float32)
+    plan = run_both([helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=1)], {"x": (13, 24)}, {"b": b, "c": c},
+                    rng, threads=threads)
+    assert kind in notes(plan)
+    plan = run_both([helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=1, alpha=0.5)], {"x": (13, 24)},
+                    {"b": b, "c": c}, rng, threads=threads)
+    assert "BLAS" in notes(plan)
+
+
+def test_equal_columns_stay_equal_in_panels(rng):
+    """Every column of C comes from the same kernel in the same order, the last panel's too: equal columns of B
+    give equal columns of C (a light model's 1000 equal logits of 1e21 went through a softmax)."""
+    b = np.full((64, 1000), 0.02, np.float32)
+    x = (rng.standard_normal((1, 64)) * 1e20).astype(np.float32)
+    c = np.zeros((1, 1000), np.float32)
+    packed = panel.pack(b) if panel.fast() else gemm.UNPACKED
+    gemm.matmul(x, b, c, gemm.batch_offsets(x.shape, x.strides, b.shape, b.strides, c.shape, 4), 1.0, False, 1,
+                packed)
+    assert np.unique(c).size == 1
 
 
 @pytest.mark.parametrize("kernel, attrs", [((3, 3), {"pads": [1, 1, 1, 1]}),

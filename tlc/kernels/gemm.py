@@ -5,8 +5,9 @@ arrays themselves (any strides BLAS accepts per matrix: transposed views cost no
 array [batch, 3] of byte offsets of each batch's A, B and C matrices, computed once per input shape
 (``batch_offsets``). C is C-contiguous.
 
-``gemm_part(a, b, c, offs, alpha, cols, p, nparts) -> (lo, hi)`` computes part ``p`` of ``nparts`` as one or a
-few single-threaded BLAS calls:
+``gemm_part(a, b, c, offs, alpha, cols, packed, p, nparts) -> (lo, hi)`` computes part ``p`` of ``nparts`` as one
+or a few single-threaded BLAS calls, or, where ``packed`` holds a constant float32 B in panels (``packs``), the
+panel product of ``tlc.kernels.panel``:
 
 - row parts (``cols`` False): the flattened rows ``batch * M`` of C cut into ``nparts`` runs; the part returns
   the flat element range [lo, hi) of C it wrote (contiguous), so an epilogue can follow on the same thread;
@@ -23,7 +24,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from . import panel
 from .blas import gemm_f32, gemm_f64
+from .panel import PANEL, panel_rows
+
+panel.ensure()   # the symbol the product parts call (compiled code links it by name)
 
 #: work (multiply-adds) from which a product is cut into parts: ~25 us on one core, 10x a parallel region's cost
 PARALLEL_MIN_MACS = 1 << 20
@@ -61,8 +66,9 @@ def parts_for(macs: int, threads: int) -> int:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha):
-    """C[bi][r0:r1, c0:c1] = alpha * A[bi][r0:r1] @ B[bi][:, c0:c1] (one BLAS call)."""
+def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha, packed):
+    """C[bi][r0:r1, c0:c1] = alpha * A[bi][r0:r1] @ B[bi][:, c0:c1]: one BLAS call, or, where B is ``packed``
+    in panels (float32, alpha 1, A with unit column stride; ``c0`` on a panel's edge), the panel product."""
     item = c.itemsize
     k = a.shape[-1]
     n = c.shape[-1]
@@ -71,6 +77,9 @@ def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha):
     pa = a.ctypes.data + offs[bi, 0] + (r0 * a_rs) * item
     pb = b.ctypes.data + offs[bi, 1] + (c0 * b_cs) * item
     pc = c.ctypes.data + offs[bi, 2] + (r0 * n + c0) * item
+    if packed.size > 0:
+        panel_rows(packed, c0 // PANEL, pa, pc, r1 - r0, k, c1 - c0, a_rs, n)
+        return
     if item == 4:
         gemm_f32(r1 - r0, c1 - c0, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)
     else:
@@ -78,12 +87,14 @@ def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha):
 
 
 @njit(cache=True, nogil=True)
-def gemm_part(a, b, c, offs, alpha, cols, p, nparts):
+def gemm_part(a, b, c, offs, alpha, cols, packed, p, nparts):
     """Part ``p`` of ``nparts`` of the product (see the module docstring); returns the flat range it wrote."""
     m, n = c.shape[-2], c.shape[-1]
-    if cols:
-        c0, c1 = n * p // nparts, n * (p + 1) // nparts
-        _call(a, b, c, offs, 0, 0, m, c0, c1, alpha)
+    if cols:   # with packed panels, cut on panel edges
+        edge = PANEL if packed.size > 0 else 1
+        c0 = n * p // nparts // edge * edge
+        c1 = n if p == nparts - 1 else n * (p + 1) // nparts // edge * edge
+        _call(a, b, c, offs, 0, 0, m, c0, c1, alpha, packed)
         return 0, 0
     rows = offs.shape[0] * m
     r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
@@ -91,7 +102,7 @@ def gemm_part(a, b, c, offs, alpha, cols, p, nparts):
     while r < r1:
         bi = r // m
         stop = min(r1, (bi + 1) * m)
-        _call(a, b, c, offs, bi, r - bi * m, stop - bi * m, 0, n, alpha)
+        _call(a, b, c, offs, bi, r - bi * m, stop - bi * m, 0, n, alpha, packed)
         r = stop
     return r0 * n, r1 * n
 
@@ -103,21 +114,33 @@ def flat_part(size, p, nparts):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _matmul_parallel(a, b, c, offs, alpha, cols, nparts):
+def _matmul_parallel(a, b, c, offs, alpha, cols, packed, nparts):
     for p in prange(nparts):
-        gemm_part(a, b, c, offs, alpha, cols, p, nparts)
+        gemm_part(a, b, c, offs, alpha, cols, packed, p, nparts)
 
 
 @njit(cache=True, nogil=True)
-def _matmul_serial(a, b, c, offs, alpha):
+def _matmul_serial(a, b, c, offs, alpha, packed):
     for bi in range(offs.shape[0]):
-        _call(a, b, c, offs, bi, 0, c.shape[-2], 0, c.shape[-1], alpha)
+        _call(a, b, c, offs, bi, 0, c.shape[-2], 0, c.shape[-1], alpha, packed)
+
+
+#: no packed panels: every product on BLAS
+UNPACKED = np.zeros(0, np.float32)
+
+
+def packs(b: np.ndarray | None, a_unit_columns: bool, alpha: float, k: int) -> bool:
+    """Whether a product takes the panel product: a constant float32 B [K, N] of a panel or more, alpha 1, A
+    read row by row, on an AVX-512 host (elsewhere BLAS stays faster)."""
+    return (b is not None and b.ndim == 2 and b.dtype == np.float32 and b.shape[1] >= PANEL and k > 0
+            and alpha == 1.0 and a_unit_columns and panel.fast())
 
 
 def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, offs: np.ndarray, alpha: float, cols: bool,
-           nparts: int) -> None:
-    """The whole product into ``c`` (see the module docstring): serially, or in parts on Numba's pool."""
+           nparts: int, packed: np.ndarray = UNPACKED) -> None:
+    """The whole product into ``c`` (see the module docstring): serially, or in parts on Numba's pool;
+    ``packed``: B in panels (``panel.pack``), or empty."""
     if nparts > 1:
-        _matmul_parallel(a, b, c, offs, alpha, cols, nparts)
+        _matmul_parallel(a, b, c, offs, alpha, cols, packed, nparts)
     else:
-        _matmul_serial(a, b, c, offs, alpha)
+        _matmul_serial(a, b, c, offs, alpha, packed)

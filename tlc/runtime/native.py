@@ -22,7 +22,17 @@ import numpy as np
 from ..errors import CompileError
 from ..ir.graph import Graph
 from ..ir.types import TensorType, np_dtype
-from ..kernels import KernelCache, KernelOptions, blas, compile_group, default_cache, gemm, lib_conv, split_epilogue
+from ..kernels import (
+    KernelCache,
+    KernelOptions,
+    blas,
+    compile_group,
+    default_cache,
+    gemm,
+    lib_conv,
+    panel,
+    split_epilogue,
+)
 from ..kernels import conv as kconv
 from ..kernels.cpu import Contraction
 from ..kernels.epilogue import EpilogueKernel
@@ -207,19 +217,25 @@ class Product:
         m, n, k = self.out_shape[-2], self.out_shape[-1], self.a_shape[-1]
         self.nparts = gemm.parts_for(self.offs.shape[0] * m * n * k, ctx.threads)
         self.cols = gemm.column_split(m, n, self.offs.shape[0], self.nparts)
+        # a constant float32 B in panels, packed once here: the panel product (``tlc.kernels.panel``)
+        b2d = self.b_const if self.b_const is not None and self.promoted is None else None
+        self.packed = (panel.pack(b2d) if gemm.packs(b2d, self.a_strides[-1] == dtype.itemsize, alpha, k)
+                       else gemm.UNPACKED)
         self.a = ctx.const(0) if ctx.const(0) is not None else V(ctx.inputs[0])
         self.b = self.b_const if self.b_const is not None else V(ctx.inputs[1])
-        self.note = (f"BLAS in {self.nparts} {'column' if self.cols else 'row'} parts" if self.nparts > 1
-                     else "BLAS")
+        kind = "panels" if self.packed.size else "BLAS"
+        self.note = (f"{kind} in {self.nparts} {'column' if self.cols else 'row'} parts" if self.nparts > 1
+                     else kind)
 
     def types(self) -> tuple:
-        """Numba types of (a, b, c, offs, alpha, cols) as ``gemm_part`` gets them."""
+        """Numba types of (a, b, c, offs, alpha, cols, packed) as ``gemm_part`` gets them."""
         t = numba.types
         a = numba.typeof(self.a) if isinstance(self.a, np.ndarray) else numba_type(self.a_shape, self.a_strides,
                                                                                     self.dtype)
         b = numba.typeof(self.b) if isinstance(self.b, np.ndarray) else numba_type(self.b_shape, self.b_strides,
                                                                                     self.dtype)
-        return a, b, numba_type(self.out_shape, None, self.dtype), t.int64[:, ::1], t.float64, t.boolean
+        return (a, b, numba_type(self.out_shape, None, self.dtype), t.int64[:, ::1], t.float64, t.boolean,
+                t.float32[::1])
 
 
 def _oriented(shape: tuple[int, ...], strides: tuple[int, ...], trans: bool):
@@ -232,15 +248,15 @@ def oriented(a: np.ndarray, trans: bool) -> np.ndarray:
     return np.swapaxes(a, -1, -2) if trans else a
 
 
-def product(a, b, c, offs, alpha, cols, nparts, trans_a, trans_b) -> None:
+def product(a, b, c, offs, alpha, cols, packed, nparts, trans_a, trans_b) -> None:
     """``c = alpha * op(a) @ op(b)``, transposes as views (see ``tlc.kernels.gemm.matmul``)."""
-    gemm.matmul(oriented(a, trans_a), oriented(b, trans_b), c, offs, alpha, cols, nparts)
+    gemm.matmul(oriented(a, trans_a), oriented(b, trans_b), c, offs, alpha, cols, nparts, packed)
 
 
-def promoted_product(a, b, c, shapes, offs, alpha, cols, nparts, trans_a, trans_b) -> None:
+def promoted_product(a, b, c, shapes, offs, alpha, cols, packed, nparts, trans_a, trans_b) -> None:
     """``product`` of vector operands seen as one-row / one-column matrices (``shapes``: a, b, c as such)."""
-    product(a.reshape(shapes[0]), b.reshape(shapes[1]), c.reshape(shapes[2]), offs, alpha, cols, nparts, trans_a,
-            trans_b)
+    product(a.reshape(shapes[0]), b.reshape(shapes[1]), c.reshape(shapes[2]), offs, alpha, cols, packed, nparts,
+            trans_a, trans_b)
 
 
 def numpy_product(a, b, out, alpha, trans_a, trans_b) -> None:
@@ -259,7 +275,7 @@ def compile_product(types: tuple, nparts: int) -> str:
     if nparts > 1:
         gemm._matmul_parallel.compile(types + (numba.types.int64,))
     else:
-        gemm._matmul_serial.compile(types[:5])
+        gemm._matmul_serial.compile(types[:5] + types[6:7])
     return "gemm"
 
 
@@ -289,7 +305,7 @@ class ProductImpl(StepImpl):
         if not ctx.options.jit_enabled:
             return Bound(fallback, note="numpy matmul (jit='off')", blas=True)
         types = prod.types()
-        args = (prod.offs, prod.alpha, prod.cols, prod.nparts, *prod.views)
+        args = (prod.offs, prod.alpha, prod.cols, prod.packed, prod.nparts, *prod.views)
         native = (Call(product, (prod.a, prod.b, out) + args) if prod.promoted is None
                   else Call(promoted_product, (prod.a, prod.b, out, prod.promoted) + args))
         request = KernelRequest("product", lambda alias: compile_product(types, prod.nparts),
@@ -298,7 +314,7 @@ class ProductImpl(StepImpl):
 
 
 # ---------------------------------------------------------------------------- epilogue groups
-GEMM_PART = Contraction("tlc.kernels.gemm", "gemm_part", before=2, after=3)
+GEMM_PART = Contraction("tlc.kernels.gemm", "gemm_part", before=2, after=4)
 
 
 class EpilogueImpl(StepImpl):
@@ -429,7 +445,7 @@ class EpilogueImpl(StepImpl):
         def calls(kernel, alias):
             outs = () if in_place else tuple(F(o) for o in ctx.outputs)
             args = (kernel.dims, total, prod.nparts, 0, prod.cols, prod.a, prod.b, acc[0], prod.offs, prod.alpha,
-                    prod.cols, acc[1], *ew_refs, *kernel.constant_arrays, *outs)
+                    prod.cols, prod.packed, acc[1], *ew_refs, *kernel.constant_arrays, *outs)
             if any(prod.views):
                 return copies + [Call(transposed_call, (kernel.function, prod.views) + args)]
             return copies + [Call(kernel.function, args)]
