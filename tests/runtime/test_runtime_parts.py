@@ -3,6 +3,10 @@ part), against onnxruntime and against the same plan run whole on one thread."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -146,6 +150,34 @@ def test_equal_columns_stay_equal_in_panels(rng):
     gemm.matmul(x, b, c, gemm.batch_offsets(x.shape, x.strides, b.shape, b.strides, c.shape, 4), 1.0, False, 1,
                 packed)
     assert np.unique(c).size == 1
+
+
+def test_products_keep_blas_where_the_panel_kernel_cannot_be_built(tmp_path):
+    """A host where the IR kernel fails to build: a stub takes its symbol, ``fast()`` says no, every product
+    runs on BLAS, and ``panel.REASON`` says why (in a fresh process: the stub replaces the symbol for every
+    kernel linked after it)."""
+    script = (
+        "import numpy as np\n"
+        "import tlc\n"
+        "import tlc.kernels.panel as P\n"
+        "def broken():\n"
+        "    raise RuntimeError('no MCJIT here')\n"
+        "P._build = broken\n"
+        "P._STATE.clear()\n"
+        "P.ensure()\n"
+        "g = tlc.Graph('p')\n"
+        "x = g.input('x', 'float32', (5, 8))\n"
+        "g.output(g.add_node('MatMul', [x, g.constant(np.ones((8, 40), np.float32))]), 'y')\n"
+        "plan = tlc.compile(g, jit='eager')\n"
+        "y = plan.run({'x': np.ones((5, 8), np.float32)})['y']\n"
+        "assert np.all(y == 8), y\n"
+        "assert not P.fast() and 'no MCJIT here' in P.REASON, P.REASON\n"
+        "assert all('panel' not in s.reason for s in plan.stats().steps)\n"
+        "assert 'no MCJIT here' in str(plan.stats())\n"
+        "print('ok')\n")
+    env = dict(os.environ, TLC_CACHE_DIR=os.environ.get("TLC_CACHE_DIR", str(tmp_path)))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("kernel, attrs", [((3, 3), {"pads": [1, 1, 1, 1]}),

@@ -31,7 +31,7 @@ import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import cfunc, njit, types
 
 from .cache import default_cache_dir
 
@@ -176,51 +176,75 @@ _STATE: dict[str, object] = {}
 
 def ensure() -> None:
     """Compile ``tlc_panel_rows`` for this host (or load its machine code from the kernel cache) and register
-    the symbol. Once per process."""
+    the symbol. Once per process. Where that fails (an llvmlite without MCJIT's object cache, an unsupported
+    target), the symbol is a no-op stub, ``fast()`` is False (BLAS keeps every product) and ``REASON`` says
+    why: the kernels that name the symbol still link."""
+    global REASON
     if "engine" in _STATE:
         return
     with _LOCK:
         if "engine" in _STATE:
             return
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        source = _source()
-        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-        key = hashlib.sha256(f"{source}|{cpu}|{features}|{llvmlite.__version__}".encode()).hexdigest()[:24]
-        path = default_cache_dir() / f"panel-{key}.o"
-        machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
-            cpu=cpu, features=features, opt=3)
-        parsed = llvm.parse_assembly(source)
-        parsed.verify()
-        engine = llvm.create_mcjit_compiler(parsed, machine)
+        try:
+            _STATE["engine"] = _build()
+        except Exception as exc:   # noqa: BLE001 - any failure only costs the kernel, never the product
+            REASON = f"the panel product could not be built: {type(exc).__name__}: {exc}"
+            _STATE["engine"] = stub = cfunc(types.void(*([types.int64] * 8)))(_nothing)
+            llvm.add_symbol(SYMBOL, stub.address)
 
-        def saved(module, buffer) -> None:   # the machine code LLVM made: into the cache for the next process
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_bytes(buffer)
-                os.replace(tmp, path)
-            except OSError:
-                pass   # a read-only cache only costs the next process the compile
 
-        def cached(module):
-            try:
-                return path.read_bytes()
-            except OSError:
-                builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(3))
+#: why the panel product is off ("" when it is built)
+REASON = ""
+
+
+def _nothing(b, a, c, rows, k, n, lda, ldc):   # the stub's body: never called, ``fast()`` being False
+    return
+
+
+def _build():
+    """The MCJIT engine that holds the kernel's machine code (compiled, or loaded from the kernel cache), with
+    the symbol registered."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    source = _source()
+    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    key = hashlib.sha256(f"{source}|{cpu}|{features}|{llvmlite.__version__}".encode()).hexdigest()[:24]
+    path = default_cache_dir() / f"panel-{key}.o"
+    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
+        cpu=cpu, features=features, opt=3)
+    parsed = llvm.parse_assembly(source)
+    parsed.verify()
+    engine = llvm.create_mcjit_compiler(parsed, machine)
+    optimize = getattr(llvm, "create_pass_builder", None)   # llvmlite >= 0.44; else codegen's own opt=3
+
+    def saved(module, buffer) -> None:   # the machine code LLVM made: into the cache for the next process
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(buffer)
+            os.replace(tmp, path)
+        except OSError:
+            pass   # a read-only cache only costs the next process the compile
+
+    def cached(module):
+        try:
+            return path.read_bytes()
+        except OSError:
+            if optimize is not None:
+                builder = optimize(machine, llvm.create_pipeline_tuning_options(3))
                 builder.getModulePassManager().run(parsed, builder)
-                return None
+            return None
 
-        engine.set_object_cache(saved, cached)
-        engine.finalize_object()
-        llvm.add_symbol(SYMBOL, engine.get_function_address(SYMBOL))
-        _STATE["engine"] = engine   # owns the machine code: kept for the life of the process
+    engine.set_object_cache(saved, cached)
+    engine.finalize_object()
+    llvm.add_symbol(SYMBOL, engine.get_function_address(SYMBOL))
+    return engine   # owns the machine code: kept for the life of the process
 
 
 def fast() -> bool:
     """Whether the host runs the kernel at full speed (AVX-512: a 16-lane vector a register); elsewhere it
     computes the same, and BLAS keeps the products."""
-    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    return not REASON and "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
 
 
 _panel_rows = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * 8)))

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._platform import blas_note
+from ..kernels import panel
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -76,6 +77,8 @@ class PlanStats:
                          f"buffer(s), {sp['inplace']} in-place step(s), {sp['folded']} step(s) folded")
         if t.get("blas_note"):
             lines.append(t["blas_note"])
+        if t.get("panel_note"):
+            lines.append(t["panel_note"])
         return "\n".join(lines)
 
 
@@ -129,6 +132,7 @@ def build_stats(plan: Plan, specs: list[Specialization]) -> PlanStats:
         "timings_ms": dict(plan.timings),
         "threads": plan.options.threads,
         "blas_note": blas_note(),
+        "panel_note": panel.REASON,   # why products on constant weights stay on BLAS, when the kernel is off
     }
     specializations = [{"signature": spec.signature, "arena_bytes": spec.memory.arena_bytes,
                         "slots": len(spec.memory.slot_bytes), "inplace": len(spec.memory.inplace),
