@@ -264,15 +264,23 @@ def _slot(elements: int) -> int:
 def _direct_scratch(geo) -> int:
     """The direct kernel's scratch per part: every input plane's stride phases, and BLOCK output planes ``wq``
     wide."""
-    hq, wq = _phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])
-    return int(geo[C] * geo[SH] * geo[SW] * (hq * wq + wq) + BLOCK * geo[HO] * wq)
+    _, _, phases, size = _phase_sizes(geo)
+    return int(geo[C] * phases + BLOCK * size)
 
 
 def _phase_scratch(geo) -> int:
     """The depthwise and pooling kernels' scratch per part: the padded plane split into its stride phases
     (``_into_phases``), the output rows ``wq`` wide, and the column mask of ``_depthwise_same``."""
+    _, _, phases, size = _phase_sizes(geo)
+    return int(phases + size + geo[H] * geo[W] + 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _phase_sizes(geo):
+    """(hq, wq, elements of a plane's stride phases, elements of its output rows ``wq`` wide): the layout of the
+    window kernels' scratch (phases first, then the output rows)."""
     hq, wq = _phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])
-    return int(geo[SH] * geo[SW] * (hq * wq + wq) + geo[HO] * wq + geo[H] * geo[W] + 1)
+    return hq, wq, geo[SH] * geo[SW] * (hq * wq + wq), geo[HO] * wq
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -531,9 +539,7 @@ def _direct_phases(x, wp_, bias, geo, acc, scratch, n, m0, m1):
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
     cg, mg = c_all // group, m_all // group
-    hq, wq = _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw)
-    plane = sh * sw * (hq * wq + wq)
-    size = ho * wq
+    hq, wq, plane, size = _phase_sizes(geo)
     taps = kh * kw
     passes = (taps + TAPS_PER_PASS - 1) // TAPS_PER_PASS
     xp = scratch[:c_all * plane]
@@ -630,9 +636,7 @@ def _depthwise_flat(x, w, bias, geo, acc, scratch, q0, q1):
     c_all = geo[C]
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
-    hq, wq = _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw)
-    phases = sh * sw * (hq * wq + wq)
-    size = ho * wq
+    hq, wq, phases, size = _phase_sizes(geo)
     taps = kh * kw
     h, width = geo[H], geo[W]
     xf = x.reshape(x.size)
@@ -689,8 +693,8 @@ def _depthwise_same(x, w, bias, geo, acc, scratch, q0, q1):
     c_all, planes = geo[C], geo[N] * geo[M]
     xf = x.reshape(x.size)
     af = acc.reshape(acc.size)
-    hq, wq = _phase_dims(geo[HO], geo[WO], 3, 3, 1, 1, 1, 1)
-    start = hq * wq + wq + geo[HO] * wq          # after ``_depthwise_flat``'s scratch
+    _, _, phases, size = _phase_sizes(geo)
+    start = phases + size                        # after ``_depthwise_flat``'s scratch
     left = scratch[start:start + n + 1]
     zero, one = w.dtype.type(0), w.dtype.type(1)
     for j in range(n):
@@ -1290,9 +1294,7 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
     kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
     sh, sw, dh, dw, pt, pl = geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
     is_max = geo[KIND] == MAX
-    hq, wq = _phase_dims(ho, wo, kh, kw, sh, sw, dh, dw)
-    phases = sh * sw * (hq * wq + wq)
-    size = ho * wq
+    hq, wq, phases, size = _phase_sizes(geo)
     h, width = geo[H], geo[W]
     xf = x.reshape(x.size)
     of = out.reshape(out.size)

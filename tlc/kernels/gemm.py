@@ -129,10 +129,10 @@ def _matmul_serial(a, b, c, offs, alpha, packed):
 UNPACKED = np.zeros(0, np.float32)
 
 
-def packs(b: np.ndarray | None, a_unit_columns: bool, alpha: float, k: int) -> bool:
-    """Whether a product takes the panel product: a constant float32 B [K, N] of a panel or more, alpha 1, A
-    read row by row, on an AVX-512 host (elsewhere BLAS stays faster)."""
-    return (b is not None and b.ndim == 2 and b.dtype == np.float32 and b.shape[1] >= PANEL and k > 0
+def packs(b: np.ndarray | None, a_unit_columns: bool, alpha: float) -> bool:
+    """Whether a product takes the panel product: a constant float32 B [K, N] (K at least 1, N a panel or more),
+    alpha 1, A read row by row, on an AVX-512 host (elsewhere BLAS stays faster)."""
+    return (b is not None and b.ndim == 2 and b.dtype == np.float32 and b.shape[0] > 0 and b.shape[1] >= PANEL
             and alpha == 1.0 and a_unit_columns and panel.fast())
 
 

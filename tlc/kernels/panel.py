@@ -15,10 +15,10 @@ LLVM lowers the 16-lane vectors to what the host has (one AVX-512 register each)
 ``tlc_panel_rows(b, a, c, rows, k, n, lda, ldc)`` (addresses as int64, as ``blas.py``'s symbols): C's columns
 [0, n) of rows [0, rows) (row stride ``ldc``) from the panels at ``b`` and A [rows, k] (row stride ``lda``, unit
 column stride); whole tiles, then one tile of the last ``rows % TILE`` rows; the last panel's columns past ``n``
-are masked off the stores. Each panel
-(K x 128 bytes) stays in L1/L2 while every tile of rows walks it. ``ensure()`` compiles it for the host
-(MCJIT, ~0.1 s; the machine code is kept in the kernel cache, keyed by the IR, the CPU and llvmlite's version)
-and registers the symbol with LLVM: before any kernel that calls it is compiled or loaded.
+are masked off the stores. Each panel (K x 128 bytes) stays in L1/L2 while every tile of rows walks it.
+``ensure()`` compiles it for the host (MCJIT, ~0.1 s; the machine code is kept in the kernel cache, keyed by the
+IR, the CPU and llvmlite's version) and registers the symbol with LLVM: before any kernel that calls it is
+compiled or loaded.
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ _vec = ir.VectorType(_f32, LANES)
 
 def _const(v: int) -> ir.Constant:
     return ir.Constant(_i64, v)
+
+
+def _splat(b: ir.IRBuilder, value, lanes_type: ir.VectorType):
+    """``value`` in every lane of a vector of ``lanes_type``."""
+    one = b.insert_element(ir.Constant(lanes_type, None), value, ir.Constant(_i32, 0))
+    return b.shuffle_vector(one, ir.Constant(lanes_type, None), ir.Constant(ir.VectorType(_i32, LANES), [0] * LANES))
 
 
 class _Emitter:
@@ -128,12 +134,9 @@ class _Emitter:
         row = b.gep(wp, [b.mul(k, _const(PANEL))])
         w0 = b.load(b.bitcast(row, vp), align=4)
         w1 = b.load(b.bitcast(b.gep(row, [_const(LANES)]), vp), align=4)
-        zeros = ir.Constant(ir.VectorType(_i32, LANES), [0] * LANES)
         new = []
         for a in range(height):
-            s = b.load(b.gep(self.ap, [b.add(b.mul(b.add(r0, _const(a)), self.lda), k)]), align=4)
-            v = b.insert_element(ir.Constant(_vec, None), s, ir.Constant(_i32, 0))
-            v = b.shuffle_vector(v, v, zeros)
+            v = _splat(b, b.load(b.gep(self.ap, [b.add(b.mul(b.add(r0, _const(a)), self.lda), k)]), align=4), _vec)
             new += [b.call(self.fma, [w0, v, acc[2 * a]]), b.call(self.fma, [w1, v, acc[2 * a + 1]])]
         k.add_incoming(b.add(k, _const(1)), b.block)
         for phi, value in zip(acc, new, strict=True):
@@ -148,14 +151,10 @@ class _Emitter:
                     b.store(acc[2 * a], b.bitcast(out, vp), align=4)
                     b.store(acc[2 * a + 1], b.bitcast(b.gep(out, [_const(LANES)]), vp), align=4)
             with part:   # the last panel's columns only (its packed columns past N are zeros)
-                rem = b.trunc(self.rem, _i32)
-                masks = []
-                for half in range(2):
-                    lanes = ir.Constant(ir.VectorType(_i32, LANES), list(range(half * LANES, (half + 1) * LANES)))
-                    limit = b.shuffle_vector(b.insert_element(ir.Constant(ir.VectorType(_i32, LANES), None), rem,
-                                                              ir.Constant(_i32, 0)),
-                                             ir.Constant(ir.VectorType(_i32, LANES), None), zeros)
-                    masks.append(b.icmp_signed("<", lanes, limit))
+                limit = _splat(b, b.trunc(self.rem, _i32), ir.VectorType(_i32, LANES))
+                masks = [b.icmp_signed("<", ir.Constant(ir.VectorType(_i32, LANES),
+                                                        list(range(half * LANES, (half + 1) * LANES))), limit)
+                         for half in range(2)]
                 for a in range(height):
                     out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), col)])
                     b.call(self.store, [acc[2 * a], b.bitcast(out, vp), ir.Constant(_i32, 4), masks[0]])

@@ -219,7 +219,7 @@ class Product:
         self.cols = gemm.column_split(m, n, self.offs.shape[0], self.nparts)
         # a constant float32 B in panels, packed once here: the panel product (``tlc.kernels.panel``)
         b2d = self.b_const if self.b_const is not None and self.promoted is None else None
-        self.packed = (panel.pack(b2d) if gemm.packs(b2d, self.a_strides[-1] == dtype.itemsize, alpha, k)
+        self.packed = (panel.pack(b2d) if gemm.packs(b2d, self.a_strides[-1] == dtype.itemsize, alpha)
                        else gemm.UNPACKED)
         self.a = ctx.const(0) if ctx.const(0) is not None else V(ctx.inputs[0])
         self.b = self.b_const if self.b_const is not None else V(ctx.inputs[1])
