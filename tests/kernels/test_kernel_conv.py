@@ -23,6 +23,8 @@ GEOMETRIES = [
     (2, 6, 7, 6, 3, 1, 1, 6, 1),      # depthwise 3x3 "same": straight from the input, first/last plane padded
     (1, 5, 1, 5, 3, 1, 1, 5, 1),      # ... on 1x1 planes (one row: no band above or below)
     (3, 3, 2, 3, 3, 1, 1, 3, 1),      # ... on 2x2 planes (no rows between the first and the last)
+    (2, 5, 37, 5, 3, 2, 1, 5, 1),     # depthwise stride 2 on 37-wide planes: vectors of 16 outputs, a ragged last
+    (1, 3, 19, 3, 3, 1, 1, 3, 1),     # ... stride 1, 19 wide
     (1, 5, 6, 7, 1, 1, 0, 1, 1),      # pointwise: BLAS straight on the input
     (2, 5, 6, 7, 1, 2, 0, 1, 1),      # strided 1x1: gathered
     (1, 8, 9, 12, 2, 2, 0, 4, 1),     # even kernel, groups of two channels
@@ -50,16 +52,26 @@ def test_every_algorithm_matches_the_reference(dtype):
                 ([K.DEPTHWISE] if K.is_depthwise(geo) else []) + ([K.WINOGRAD] if K.winograd_applies(geo) else [])
             if dtype == np.float64:   # the direct and Winograd kernels' float64 compiles are left out (CI's budget)
                 algos = [a for a in algos if a not in (K.DIRECT, K.WINOGRAD)]
-            for algo in algos:
+            # the panel kernel in both orientations (float32, one group; a host without AVX-512 computes the
+            # same, slower)
+            runs = [(a, None) for a in algos] + ([(K.PANEL, K.LANES_POSITIONS), (K.PANEL, K.LANES_CHANNELS)]
+                                                 if dtype == np.float32 and g == 1 else [])
+            if K.DEPTHWISE in algos and dtype == np.float32:   # and the vector kernel where it takes the shape
+                runs.append((K.DEPTHWISE, "vectors"))
+            for algo, lanes in runs:
                 for nparts in ((1, 2, 3) if dtype == np.float32 else (1,)):   # float64: one compile less
-                    col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0)
+                    col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0,
+                                                         lanes=None if lanes == "vectors" else lanes)
+                    if lanes == "vectors" and not K.use_vector_depthwise(geo, dtype):
+                        break
                     out = np.full(expected.shape, np.nan, dtype)
                     # parts on Numba's pool (each driver calls its part by address: cheap to compile)
                     K.conv_run(x, K.pack_weights(w, geo), b if bias is not None else np.zeros(0, dtype), geo,
                                out, np.empty(col_size, dtype), parts, nprep)
                     np.testing.assert_allclose(out, expected, rtol=1e-4 if dtype == np.float32 else 1e-10,
                                                atol=1e-4 if dtype == np.float32 else 1e-10,
-                                               err_msg=f"{K.ALGO_NAMES[algo]}/{nparts} {(n, c, h, m, k, s, p, g, d)}")
+                                               err_msg=f"{K.ALGO_NAMES[algo]}/{lanes}/{nparts} "
+                                                       f"{(n, c, h, m, k, s, p, g, d)}")
 
 
 def test_depthwise_same_never_counts_what_it_reads_across_a_row_end():
@@ -89,9 +101,10 @@ def test_parts_return_contiguous_ranges_that_tile_the_output():
     w = rng.standard_normal((12, 6, 3, 3)).astype(np.float32)
     y = (2, 12, 5, 5)
     geo = K.conv_geometry(x.shape, w.shape, y, (1, 1), (1, 1), (1, 1), 1)
-    for algo in (K.GEMM, K.DIRECT, K.WINOGRAD):
+    for algo, lanes in ((K.GEMM, None), (K.DIRECT, None), (K.WINOGRAD, None), (K.PANEL, K.LANES_POSITIONS),
+                        (K.PANEL, K.LANES_CHANNELS)):
         for nparts in (1, 2, 3, 4):
-            col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0)
+            col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0, lanes=lanes)
             col = np.empty(col_size, np.float32)
             packed = K.pack_weights(w, geo)
             for p in range(nprep):

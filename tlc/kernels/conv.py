@@ -40,16 +40,26 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, njit, prange
 
-from . import entries
+from . import entries, panel
 from .blas import gemm_f32, gemm_f64
 from .entries import Entry
+from .panel import depthwise_3x3, panel_strided
+
+panel.ensure()   # the symbol the PANEL parts call (compiled code links it by name)
 
 # geometry vector fields
 N, C, H, W, M, KH, KW, HO, WO, GROUP, SH, SW, DH, DW, PT, PL, LAYOUT, ALGO, MODE, KIND, TILE = range(21)
 GEO_SIZE = 21
-GEMM, DIRECT, DEPTHWISE, WINOGRAD = 0, 1, 2, 3
-ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd")
+GEMM, DIRECT, DEPTHWISE, WINOGRAD, PANEL = 0, 1, 2, 3, 4
+ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd", "panel")
 IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
+#: PANEL's orientations (``geo[KIND]``): the kernel's vectors along the output positions (a tile: 6 output
+#: channels x 32 positions, broadcasting the weights) or along the output channels (6 positions x 32 channels
+#: from the weights packed once in panels, broadcasting the input; the tile's columns scattered into NCHW)
+LANES_POSITIONS, LANES_CHANNELS = 0, 1
+#: DEPTHWISE's kernels (``geo[KIND]``): the Numba kernels on stride phases, or (3x3, padding 1, stride 1 or 2,
+#: float32, AVX-512: ``use_vector_depthwise``) ``tlc.kernels.panel``'s vector kernel
+DEPTHWISE_PHASES, DEPTHWISE_VECTORS = 0, 1
 #: a column tile's im2col block stays in L2: about this many elements (K x tile columns)
 TILE_ELEMS = 1 << 17
 #: im2col buffers larger than this (elements) are gathered a tile at a time instead
@@ -96,6 +106,16 @@ WINO_CHUNK = 1 << 14
 #: elements between the 16 transformed blocks: blocks a multiple of 4 KiB apart fall in one L1 set, and the
 #: transforms, which touch all 16 at once, thrash it (the input transform ran 4x slower)
 WINO_PAD = 48
+#: PANEL (``tlc.kernels.panel``'s register-tiled kernel on float32 and constant weights, AVX-512 hosts): 1.1-1.2x
+#: BLAS's rate on the same product where the tile's 32 lanes are all used (hence 1.15x ``BLAS_MACS_PER_S``, in
+#: the cost model's units), less a tile's scattered stores in LANES_CHANNELS (~24 k-steps' worth) and the rows a
+#: tile lacks. Measured against numpy's BLAS (1 thread): 160 x 960 x 49 (M x K x positions) 52 against 44 GMAC/s,
+#: 1280 x 320 x 49 50 against 43, 512 x 4608 x 49 45 against 38, 96 x 576 x 196 54 against 48 (all channels in
+#: lanes), 144 x 24 x 3136 53 against 46, 96 x 16 x 12544 48 against 41 (positions in lanes)
+PANEL_MACS_PER_S = 1.15 * BLAS_MACS_PER_S
+PANEL_SCATTER_K = 24
+#: PANEL gathers the batch's whole im2col matrix (K x positions per image) up to this many elements
+PANEL_COL_MAX = 1 << 22
 #: work worth a parallel region (one costs ~5-10 us on this VM; a BLAS product's threshold is the same ~20 us)
 PARALLEL_MIN_S = 20e-6
 #: outputs of a depthwise part at most (when there are planes enough): the epilogue that follows the part on its
@@ -123,7 +143,7 @@ def is_pointwise(geo: np.ndarray) -> bool:
 def deferred(geo: np.ndarray) -> bool:
     """Whether the parts write strided slabs (column tiles, Winograd's tile rows of every channel), so that an
     epilogue must run after all of them."""
-    return bool(geo[ALGO] in (GEMM, WINOGRAD) and geo[MODE] == TILES)
+    return bool(geo[ALGO] in (GEMM, WINOGRAD, PANEL) and geo[MODE] == TILES)
 
 
 def is_depthwise(geo: np.ndarray) -> bool:
@@ -170,6 +190,12 @@ def seconds(geo: np.ndarray, algo: int) -> float:
             16 * tiles * (geo[C] / WINO_IN_ELEMS_PER_S + geo[M] / WINO_OUT_ELEMS_PER_S)
     if algo == DEPTHWISE:
         return work / DEPTHWISE_MACS_PER_S
+    if algo == PANEL:
+        k = geo[C] * geo[KH] * geo[KW]
+        gather = 0 if is_pointwise(geo) else geo[N] * k * geo[HO] * geo[WO]
+        if geo[GROUP] != 1 or gather > PANEL_COL_MAX:
+            return np.inf
+        return work / (PANEL_MACS_PER_S * panel_lanes(geo)[1]) + gather / IM2COL_ELEMS_PER_S
     if algo == DIRECT:   # whole blocks per group only; a pass sums nine taps (a 1x1 window eight zero ones)
         if not direct_applies(geo):
             return np.inf
@@ -182,12 +208,43 @@ def seconds(geo: np.ndarray, algo: int) -> float:
     return work / rate + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
 
 
-def choose(geo: np.ndarray) -> int:
-    """The algorithm for this shape: depthwise when it is one, else the cheapest of im2col + BLAS, direct and
-    Winograd by the cost model."""
+def choose(geo: np.ndarray, panels: bool = False) -> int:
+    """The algorithm for this shape: depthwise when it is one, else the cheapest of im2col + BLAS, direct,
+    Winograd and (``panels``: float32, constant weights, a host that runs the kernel fast) PANEL by the cost
+    model."""
     if is_depthwise(geo):
         return DEPTHWISE
-    return min((GEMM, DIRECT, WINOGRAD), key=lambda algo: seconds(geo, algo))
+    return min((GEMM, DIRECT, WINOGRAD) + ((PANEL,) if panels else ()), key=lambda algo: seconds(geo, algo))
+
+
+def use_vector_depthwise(geo: np.ndarray, dtype) -> bool:
+    """Run a DEPTHWISE conv on ``tlc.kernels.panel``'s vector kernel where it takes it (3x3, padding 1 at the
+    start, stride 1 or 2, no dilation, float32, a host that runs it fast); sets ``geo[KIND]``. Measured on one
+    core against the phase kernels (in a MobileNetV2, per conv): 576 planes 14x14 stride 2 122 -> ~45 us, 144 at
+    56x56 stride 2 156 -> ~85, 32 at 112x112 stride 1 345 -> ~160, 960 at 7x7 60 -> ~35."""
+    if geo[ALGO] != DEPTHWISE:
+        return False
+    vector = bool(geo[KH] == geo[KW] == 3 and geo[PT] == geo[PL] == 1 and geo[SH] == geo[SW]
+                  and geo[SH] in (1, 2) and geo[DH] == geo[DW] == 1 and np.dtype(dtype) == np.float32
+                  and panel.fast())
+    geo[KIND] = DEPTHWISE_VECTORS if vector else DEPTHWISE_PHASES
+    return vector
+
+
+def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
+    """PANEL's orientation for this shape (LANES_POSITIONS or LANES_CHANNELS) and the fraction of the kernel's
+    full rate it runs at: the share of its lanes that hold outputs (the last panel of 32 is masked), less the
+    scattered stores of LANES_CHANNELS, and a tile's rows (of 6) where there are fewer."""
+    hw, m = int(geo[HO] * geo[WO]), int(geo[M])
+    k = int(geo[C] * geo[KH] * geo[KW])
+    positions = hw / (panel.PANEL * -(-hw // panel.PANEL)) * min(1.0, m / panel.TILE)
+    channels = m / (panel.PANEL * -(-m // panel.PANEL)) * k / (k + PANEL_SCATTER_K) * min(1.0, hw / panel.TILE)
+    return (LANES_CHANNELS, channels) if channels > positions else (LANES_POSITIONS, positions)
+
+
+def _panel_units(geo) -> int:
+    """Output channels a PANEL part's unit holds: a panel's 32 (LANES_CHANNELS) or a tile's 6 (LANES_POSITIONS)."""
+    return panel.PANEL if geo[KIND] == LANES_CHANNELS else panel.TILE
 
 
 def parallel(geo: np.ndarray, threads: int, min_seconds: float | None = None) -> bool:
@@ -198,11 +255,12 @@ def parallel(geo: np.ndarray, threads: int, min_seconds: float | None = None) ->
 
 
 def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
-              min_seconds: float | None = None, epilogue: bool = False) -> tuple[int, int, int]:
+              min_seconds: float | None = None, epilogue: bool = False,
+              lanes: int | None = None) -> tuple[int, int, int]:
     """Set ``geo``'s algorithm (``choose``'s unless given) and mode, and cut the work into one part per thread
     when it takes at least ``min_seconds`` on one core (``parallel``); a depthwise conv that an ``epilogue``
-    follows into parts of at most ``EPILOGUE_ELEMS`` outputs (a whole number per thread). Returns (col
-    elements, nparts, nprep)."""
+    follows into parts of at most ``EPILOGUE_ELEMS`` outputs (a whole number per thread); PANEL in the
+    orientation ``panel_lanes`` picks unless ``lanes`` says. Returns (col elements, nparts, nprep)."""
     geo[ALGO] = choose(geo) if algo is None else algo
     nparts = threads if parallel(geo, threads, min_seconds) else 1
     if geo[ALGO] == DIRECT and not direct_applies(geo):
@@ -220,7 +278,23 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         geo[MODE] = TILES
         parts = max(1, min(nparts, rows))
         return parts * _slot(_winograd_scratch(geo)), parts, 0
+    if geo[ALGO] == PANEL:
+        if seconds(geo, PANEL) == np.inf:
+            raise ValueError("PANEL takes one group, and an im2col matrix of at most PANEL_COL_MAX elements")
+        geo[KIND] = panel_lanes(geo)[0] if lanes is None else lanes
+        units = int(geo[N]) * -(-int(geo[M]) // _panel_units(geo))
+        # parts of whole units of output channels (contiguous: the epilogue follows each part), unless too few
+        # units share out evenly: then runs of output positions (every channel, strided: deferred)
+        even = units % nparts == 0 or units >= 4 * nparts
+        geo[MODE] = ROWS if nparts == 1 or even else TILES
+        if geo[MODE] == ROWS:
+            nparts = max(1, min(nparts, units))
+        if is_pointwise(geo):
+            return 1, nparts, 0
+        rows = int(geo[N] * geo[C] * geo[KH] * geo[KW])
+        return rows * int(geo[HO] * geo[WO]), nparts, min(nparts, rows)
     if geo[ALGO] != GEMM:
+        geo[KIND] = DEPTHWISE_PHASES   # (``use_vector_depthwise`` may pick the vector kernel)
         planes = int(geo[N] * geo[M])
         parts = max(1, min(nparts, planes))
         if epilogue and geo[ALGO] == DEPTHWISE:   # the epilogue follows each part while its output is in cache
@@ -353,9 +427,12 @@ def _phase_offset(ki, kj, sw, sh, dh, dw, hq, wq):
 
 
 def pack_weights(w: np.ndarray, geo: np.ndarray) -> np.ndarray:
-    """Weights [M, C/group, kh, kw] in the layout the algorithm reads, flat: as they are for GEMM and
-    DEPTHWISE, [M/4, C/group, kh, kw, 4] (zero-padded to whole blocks) for DIRECT, and for WINOGRAD the 16
-    transformed matrices [16, M, C] (``G w G^T``, computed in float64)."""
+    """Weights [M, C/group, kh, kw] in the layout the algorithm reads, flat: as they are for GEMM, DEPTHWISE and
+    PANEL with positions in lanes, [M/4, C/group, kh, kw, 4] (zero-padded to whole blocks) for DIRECT, for
+    WINOGRAD the 16 transformed matrices [16, M, C] (``G w G^T``, computed in float64), and for PANEL with
+    channels in lanes W [M, C*kh*kw] transposed in panels (``panel.pack``)."""
+    if geo[ALGO] == PANEL and geo[KIND] == LANES_CHANNELS:
+        return panel.pack(np.asarray(w, np.float32).reshape(w.shape[0], -1).T)
     if geo[ALGO] == WINOGRAD:
         u = np.einsum("ai,mcij,bj->abmc", _WINO_G, np.asarray(w, np.float64), _WINO_G)
         return np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]), w.dtype).reshape(-1)
@@ -934,7 +1011,17 @@ def part_depthwise(x, w, bias, geo, acc, col, p, nparts):
     planes = geo[N] * geo[M]
     q0, q1 = planes * p // nparts, planes * (p + 1) // nparts
     own = col[p * (col.shape[0] // nparts):]
-    if _same_3x3(geo):
+    if geo[KIND] == DEPTHWISE_VECTORS:
+        m_all, hw_in, item = geo[M], geo[H] * geo[W], 4
+        q = q0
+        while q < q1:   # runs of planes within one image (weights and bias follow the channel)
+            m0 = q % m_all
+            stop = min(q1, q - m0 + m_all)
+            depthwise_3x3(x.ctypes.data + q * hw_in * item, w.ctypes.data + m0 * 9 * item,
+                          bias.ctypes.data + m0 * item, acc.ctypes.data + q * hw * item, stop - q, geo[H], geo[W],
+                          geo[HO], geo[WO], geo[SH], bias.shape[0])
+            q = stop
+    elif _same_3x3(geo):
         _depthwise_same(x, w, bias, geo, acc, own, q0, q1)
     else:
         _depthwise_flat(x, w, bias, geo, acc, own, q0, q1)
@@ -998,6 +1085,76 @@ def part_gemm(x, w, bias, geo, acc, col, p, nparts):
         _gemm_rows(x, w, bias, geo, acc, col, n * k_all * hw, n, r - n * m_all, stop - n * m_all)
         r = stop
     return r0 * hw, r1 * hw
+
+
+@njit(cache=True, nogil=True)
+def prepare_panel(x, w, bias, geo, col, p, nprep):
+    """Part ``p`` of ``nprep`` of the batch's im2col (PANEL with a gather; nothing for a pointwise conv)."""
+    if col.shape[0] <= 1:
+        return
+    rows = geo[N] * geo[C] * geo[KH] * geo[KW]
+    _im2col_rows(x, geo, col, 0, rows * p // nprep, rows * (p + 1) // nprep)
+
+
+@njit(cache=True, nogil=True)
+def part_panel(x, w, bias, geo, acc, col, p, nparts):
+    """Part ``p`` of ``nparts`` of a PANEL conv: per image, out[M, HW] = W[M, K] @ X[K, HW] (X the input itself
+    for a pointwise conv, else the im2col matrix ``prepare_panel`` gathered) through ``panel_strided``, the
+    bias added on the part's output. ROWS: a run of whole units of output channels (returns its flat range);
+    TILES: a run of output positions of every channel (returns (0, 0): strided)."""
+    n_all, m_all = geo[N], geo[M]
+    hw = geo[HO] * geo[WO]
+    k = geo[C] * geo[KH] * geo[KW]
+    item = 4
+    src = x.ctypes.data if col.shape[0] <= 1 else col.ctypes.data
+    image_in = (geo[C] * geo[H] * geo[W] if col.shape[0] <= 1 else k * hw) * item
+    out = acc.ctypes.data
+    channels = geo[KIND] == LANES_CHANNELS
+    if geo[MODE] == TILES:   # positions [i0, i1) of each image: whole tiles of rows, or whole panels
+        step = panel.TILE if channels else panel.PANEL
+        tiles = (hw + step - 1) // step
+        t0, t1 = n_all * tiles * p // nparts, n_all * tiles * (p + 1) // nparts
+        t = t0
+        while t < t1:
+            n = t // tiles
+            stop = min(t1, (n + 1) * tiles)
+            i0, i1 = (t - n * tiles) * step, min(hw, (stop - n * tiles) * step)
+            image, at = src + n * image_in + i0 * item, out + (n * m_all * hw + i0) * item
+            if channels:
+                panel_strided(w.ctypes.data, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw, i1 - i0, k,
+                              m_all)
+            else:
+                panel_strided(image, hw, panel.PANEL, w.ctypes.data, k, 1, at, hw, 1, m_all, k, i1 - i0)
+            if bias.shape[0] > 0:
+                flat = acc.reshape(-1)
+                for m in range(m_all):
+                    b = bias[m]
+                    start = n * m_all * hw + m * hw
+                    for i in range(i0, i1):
+                        flat[np.uint64(start + i)] += b
+            t = stop
+        return 0, 0
+    unit = panel.PANEL if channels else panel.TILE
+    per_image = (m_all + unit - 1) // unit
+    units = n_all * per_image
+    u0, u1 = units * p // nparts, units * (p + 1) // nparts
+    u = u0
+    while u < u1:
+        n = u // per_image
+        stop = min(u1, (n + 1) * per_image)
+        m0, m1 = (u - n * per_image) * unit, min(m_all, (stop - n * per_image) * unit)
+        image = src + n * image_in
+        at = out + (n * m_all + m0) * hw * item
+        if channels:
+            panel_strided(w.ctypes.data + m0 * k * item, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw,
+                          hw, k, m1 - m0)
+        else:
+            panel_strided(image, hw, panel.PANEL, w.ctypes.data + m0 * k * item, k, 1, at, hw, 1, m1 - m0, k, hw)
+        _add_bias(acc, bias, n, m0, m1, hw)
+        u = stop
+    lo = u0 // per_image * m_all + min(m_all, (u0 % per_image) * unit)
+    hi = u1 // per_image * m_all + min(m_all, (u1 % per_image) * unit)
+    return lo * hw, hi * hw
 
 
 @njit(cache=True, nogil=True)
@@ -1096,6 +1253,17 @@ def _entry_winograd(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, r
     _results(rp, lo, hi)
 
 
+def _entry_panel(xp, xn, wp, wn, bp, bn, gp, gn, ap, an, cp, cn, p, nparts, rp):
+    x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
+    lo, hi = part_panel(x, w, bias, geo, _output(ap, geo), col, p, nparts)
+    _results(rp, lo, hi)
+
+
+def _entry_prepare_panel(xp, xn, wp, wn, bp, bn, gp, gn, cp, cn, p, nprep, rp):
+    x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
+    prepare_panel(x, w, bias, geo, col, p, nprep)
+
+
 def _entry_prepare_gemm(xp, xn, wp, wn, bp, bn, gp, gn, cp, cn, p, nprep, rp):
     x, w, bias, geo, col = _arrays(xp, wp, wn, bp, bn, gp, cp, cn)
     prepare_gemm(x, w, bias, geo, col, p, nprep)
@@ -1114,9 +1282,11 @@ _PREPARE_KINDS = "rrrgrii"    # x, w, bias, geo, col, p, nprep
 PART_ENTRIES = {GEMM: Entry("conv_gemm", _entry_gemm, _PART_KINDS),
                 DIRECT: Entry("conv_direct", _entry_direct, _PART_KINDS),
                 DEPTHWISE: Entry("conv_depthwise", _entry_depthwise, _PART_KINDS),
-                WINOGRAD: Entry("conv_winograd", _entry_winograd, _PART_KINDS)}
+                WINOGRAD: Entry("conv_winograd", _entry_winograd, _PART_KINDS),
+                PANEL: Entry("conv_panel", _entry_panel, _PART_KINDS)}
 PREPARE_ENTRIES = {GEMM: Entry("conv_prepare_gemm", _entry_prepare_gemm, _PREPARE_KINDS),
-                   WINOGRAD: Entry("conv_prepare_winograd", _entry_prepare_winograd, _PREPARE_KINDS)}
+                   WINOGRAD: Entry("conv_prepare_winograd", _entry_prepare_winograd, _PREPARE_KINDS),
+                   PANEL: Entry("conv_prepare_panel", _entry_prepare_panel, _PREPARE_KINDS)}
 
 
 def ensure_entries(geo: np.ndarray, dtype) -> None:
@@ -1149,6 +1319,16 @@ def call_winograd(x, w, bias, geo, acc, col, p, nparts):
 
 
 @njit(cache=True, nogil=True)
+def call_panel(x, w, bias, geo, acc, col, p, nparts):
+    return entries.call("conv_panel", (x, w, bias, geo, acc, col, p, nparts))
+
+
+@njit(cache=True, nogil=True)
+def call_prepare_panel(x, w, bias, geo, col, p, nprep):
+    entries.call("conv_prepare_panel", (x, w, bias, geo, col, p, nprep))
+
+
+@njit(cache=True, nogil=True)
 def call_prepare_gemm(x, w, bias, geo, col, p, nprep):
     entries.call("conv_prepare_gemm", (x, w, bias, geo, col, p, nprep))
 
@@ -1160,12 +1340,12 @@ def call_prepare_winograd(x, w, bias, geo, col, p, nprep):
 
 #: the part function of each algorithm, as compiled code calls it (by address: ``call_*``)
 PART_FUNCTIONS = {GEMM: "call_gemm", DIRECT: "call_direct", DEPTHWISE: "call_depthwise",
-                  WINOGRAD: "call_winograd"}
+                  WINOGRAD: "call_winograd", PANEL: "call_panel"}
 
 
 #: the preparation each algorithm's ROWS mode runs on every part before any part (im2col, Winograd's input
 #: transform)
-PREPARE_FUNCTIONS = {GEMM: "call_prepare_gemm", WINOGRAD: "call_prepare_winograd"}
+PREPARE_FUNCTIONS = {GEMM: "call_prepare_gemm", WINOGRAD: "call_prepare_winograd", PANEL: "call_prepare_panel"}
 
 
 def prepare_function(geo: np.ndarray):
@@ -1205,9 +1385,16 @@ def _prepare_winograd_parallel(x, w, bias, geo, col, nprep):
         call_prepare_winograd(x, w, bias, geo, col, np.int64(p), nprep)
 
 
+@njit(cache=True, nogil=True, parallel=True)
+def _prepare_panel_parallel(x, w, bias, geo, col, nprep):
+    for p in prange(nprep):
+        call_prepare_panel(x, w, bias, geo, col, np.int64(p), nprep)
+
+
 def parallel_prepare(geo: np.ndarray):
     """The parallel driver of the algorithm's preparation, or None."""
-    return {GEMM: _prepare_gemm_parallel, WINOGRAD: _prepare_winograd_parallel}.get(int(geo[ALGO]))
+    return {GEMM: _prepare_gemm_parallel, WINOGRAD: _prepare_winograd_parallel,
+            PANEL: _prepare_panel_parallel}.get(int(geo[ALGO]))
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -1234,9 +1421,15 @@ def _winograd_parallel(x, w, bias, geo, out, col, nparts):
         call_winograd(x, w, bias, geo, out, col, np.int64(p), nparts)
 
 
+@njit(cache=True, nogil=True, parallel=True)
+def _panel_parallel(x, w, bias, geo, out, col, nparts):
+    for p in prange(nparts):
+        call_panel(x, w, bias, geo, out, col, np.int64(p), nparts)
+
+
 #: each algorithm's parallel driver (the entry a part calls is named in the code: one driver per algorithm)
 PARALLEL_DRIVERS = {GEMM: "_gemm_parallel", DIRECT: "_direct_parallel", DEPTHWISE: "_depthwise_parallel",
-                    WINOGRAD: "_winograd_parallel"}
+                    WINOGRAD: "_winograd_parallel", PANEL: "_panel_parallel"}
 
 
 def parallel_driver(geo: np.ndarray):

@@ -12,10 +12,16 @@ x 768 54-57 against 49-52 GMAC/s, 197 x 768 x 192 55-58 against 48-52, 96 x 1024
 loops never keep such a block in registers (LLVM cannot prove the arrays apart), hence IR with explicit vectors;
 LLVM lowers the 16-lane vectors to what the host has (one AVX-512 register each).
 
-``tlc_panel_rows(b, a, c, rows, k, n, lda, ldc)`` (addresses as int64, as ``blas.py``'s symbols): C's columns
-[0, n) of rows [0, rows) (row stride ``ldc``) from the panels at ``b`` and A [rows, k] (row stride ``lda``, unit
-column stride); whole tiles, then one tile of the last ``rows % TILE`` rows; the last panel's columns past ``n``
-are masked off the stores. Each panel (K x 128 bytes) stays in L1/L2 while every tile of rows walks it.
+``tlc_panel(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j)`` (addresses and element strides as int64, as
+``blas.py``'s symbols): ``C[i, j] = sum_k A[i, k] B[k, j]`` for rows i < ``rows`` and columns j < ``n``, with
+A[i, k] at ``a + i * lda + k * a_k``, C[i, j] at ``c + i * ldc + j * c_j``, and B in panels of ``PANEL``
+columns, panel p at ``b + p * step`` and its row k ``ldb`` elements after row k - 1. Packed weights are panels
+``K x PANEL`` (``ldb = PANEL``, ``step = K * PANEL``); an activation read in place is one panel every ``PANEL``
+columns (``ldb`` its row stride, ``step = PANEL``). Whole tiles, then one tile of the last ``rows % TILE``
+rows; a last panel of fewer columns loads and stores under masks (no element past ``n`` is read or written).
+C's rows are stored as whole vectors where ``c_j`` is 1, else each vector's lanes are scattered (a conv's
+output with its channels in the kernel's lanes: NCHW has them ``H * W`` apart). Each panel (K x 128 bytes)
+stays in L1/L2 while every tile of rows walks it.
 ``ensure()`` compiles it for the host (MCJIT, ~0.1 s; the machine code is kept in the kernel cache, keyed by the
 IR, the CPU and llvmlite's version) and registers the symbol with LLVM: before any kernel that calls it is
 compiled or loaded.
@@ -40,10 +46,14 @@ from .cache import default_cache_dir
 PANEL = 32
 TILE = 6
 LANES = 16
-SYMBOL = "tlc_panel_rows"
+SYMBOL = "tlc_panel"
+DEPTHWISE_SYMBOL = "tlc_dw3x3"
+#: the kernel's arguments (int64 each: see the module docstring)
+ARGS = 12
 
 _f32, _i64, _i32 = ir.FloatType(), ir.IntType(64), ir.IntType(32)
 _vec = ir.VectorType(_f32, LANES)
+_ptrs = ir.VectorType(_f32.as_pointer(), LANES)
 
 
 def _const(v: int) -> ir.Constant:
@@ -57,20 +67,29 @@ def _splat(b: ir.IRBuilder, value, lanes_type: ir.VectorType):
 
 
 class _Emitter:
-    """The IR of ``tlc_panel_rows``: loops as blocks with phi nodes."""
+    """The IR of ``tlc_panel``: loops as blocks with phi nodes."""
 
     def __init__(self, module: ir.Module):
-        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * 8), name=SYMBOL)
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * ARGS), name=SYMBOL)
         self.fma = ir.Function(module, ir.FunctionType(_vec, [_vec, _vec, _vec]), name="llvm.fma.v16f32")
+        mask = ir.VectorType(ir.IntType(1), LANES)
+        vp = _vec.as_pointer()
+        self.store = ir.Function(module, ir.FunctionType(ir.VoidType(), [_vec, vp, _i32, mask]),
+                                 name="llvm.masked.store.v16f32.p0v16f32")
+        self.load = ir.Function(module, ir.FunctionType(_vec, [vp, _i32, mask, _vec]),
+                                name="llvm.masked.load.v16f32.p0v16f32")
+        self.scatter = ir.Function(module, ir.FunctionType(ir.VoidType(), [_vec, _ptrs, _i32, mask]),
+                                   name="llvm.masked.scatter.v16f32.v16p0f32")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         b = self.b
-        bp, ap, cp, rows, k, n, lda, ldc = self.fn.args
+        bp, ap, cp, rows, k, n, lda, ldc, ldb, step, a_k, c_j = self.fn.args
         fp = _f32.as_pointer()
         self.bp, self.ap, self.cp = b.inttoptr(bp, fp), b.inttoptr(ap, fp), b.inttoptr(cp, fp)
         self.rows, self.k, self.n, self.lda, self.ldc = rows, k, n, lda, ldc
-        self.store = ir.Function(module, ir.FunctionType(ir.VoidType(), [_vec, _vec.as_pointer(), _i32,
-                                                                         ir.VectorType(ir.IntType(1), LANES)]),
-                                 name="llvm.masked.store.v16f32.p0v16f32")
+        self.ldb, self.step, self.a_k, self.c_j = ldb, step, a_k, c_j
+        # the lanes' offsets in bytes along C's columns, for scattered stores (a column stride other than 1)
+        lanes = ir.Constant(ir.VectorType(_i64, LANES), list(range(LANES)))
+        self.lane_bytes = b.mul(lanes, _splat(b, b.mul(c_j, _const(4)), ir.VectorType(_i64, LANES)))
         panels = b.sdiv(b.add(n, _const(PANEL - 1)), _const(PANEL))
         self.loop(_const(0), panels, self.panel, "panel")
         b.ret_void()
@@ -94,13 +113,27 @@ class _Emitter:
         b.position_at_end(after)
 
     def panel(self, jb) -> None:
-        """Panel ``jb``: C's columns [jb * PANEL, (jb + 1) * PANEL) of every row."""
+        """Panel ``jb``: C's columns [jb * PANEL, (jb + 1) * PANEL) of every row; a last panel of fewer columns
+        loads and stores under masks."""
         b = self.b
-        wp = b.gep(self.bp, [b.mul(jb, b.mul(self.k, _const(PANEL)))])
+        wp = b.gep(self.bp, [b.mul(jb, self.step)])
         col = b.mul(jb, _const(PANEL))
-        self.rem = b.sub(self.n, col)   # the columns of C this panel holds: PANEL, or fewer in the last one
+        rem = b.sub(self.n, col)   # the columns of C this panel holds: PANEL, or fewer in the last one
+        limit = _splat(b, b.trunc(rem, _i32), ir.VectorType(_i32, LANES))   # used where rem < PANEL
+        self.masks = [b.icmp_signed("<", ir.Constant(ir.VectorType(_i32, LANES),
+                                                     list(range(half * LANES, (half + 1) * LANES))), limit)
+                      for half in range(2)]
+        with b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
+            with whole:
+                self.tiles(wp, col, False)
+            with part:
+                self.tiles(wp, col, True)
+
+    def tiles(self, wp, col, masked: bool) -> None:
+        """Every row of the panel at ``wp``: whole tiles, then one tile of the last ``rows % TILE`` rows."""
+        b = self.b
         full = b.sdiv(self.rows, _const(TILE))
-        self.loop(_const(0), full, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE), "tile")
+        self.loop(_const(0), full, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, masked), "tile")
         start = b.mul(full, _const(TILE))
         done = self.fn.append_basic_block("rest_end")
         switch = b.switch(b.sub(self.rows, start), done)
@@ -108,11 +141,11 @@ class _Emitter:
             block = self.fn.append_basic_block(f"rest{height}")
             switch.add_case(_const(height), block)
             b.position_at_end(block)
-            self.tile(wp, col, start, height)
+            self.tile(wp, col, start, height, masked)
             b.branch(done)
         b.position_at_end(done)
 
-    def tile(self, wp, col, r0, height: int) -> None:
+    def tile(self, wp, col, r0, height: int, masked: bool) -> None:
         """Rows [r0, r0 + height) of the panel at ``wp``: the accumulators are phis of the k loop."""
         b = self.b
         before = b.block
@@ -131,41 +164,144 @@ class _Emitter:
         b.cbranch(b.icmp_signed("<", k, self.k), inside, after)
         b.position_at_end(inside)
         vp = _vec.as_pointer()
-        row = b.gep(wp, [b.mul(k, _const(PANEL))])
-        w0 = b.load(b.bitcast(row, vp), align=4)
-        w1 = b.load(b.bitcast(b.gep(row, [_const(LANES)]), vp), align=4)
+        row = b.gep(wp, [b.mul(k, self.ldb)])
+        halves = [b.bitcast(row, vp), b.bitcast(b.gep(row, [_const(LANES)]), vp)]
+        if masked:   # past N: zeros, never read
+            w0, w1 = (b.call(self.load, [h, ir.Constant(_i32, 4), m, ir.Constant(_vec, None)])
+                      for h, m in zip(halves, self.masks, strict=True))
+        else:
+            w0, w1 = (b.load(h, align=4) for h in halves)
+        ka = b.mul(k, self.a_k)
         new = []
         for a in range(height):
-            v = _splat(b, b.load(b.gep(self.ap, [b.add(b.mul(b.add(r0, _const(a)), self.lda), k)]), align=4), _vec)
+            v = _splat(b, b.load(b.gep(self.ap, [b.add(b.mul(b.add(r0, _const(a)), self.lda), ka)]), align=4), _vec)
             new += [b.call(self.fma, [w0, v, acc[2 * a]]), b.call(self.fma, [w1, v, acc[2 * a + 1]])]
         k.add_incoming(b.add(k, _const(1)), b.block)
         for phi, value in zip(acc, new, strict=True):
             phi.add_incoming(value, b.block)
         b.branch(head)
         b.position_at_end(after)
-        whole = b.icmp_signed(">=", self.rem, _const(PANEL))
-        with b.if_else(whole) as (full, part):
-            with full:
+        true = ir.Constant(ir.VectorType(ir.IntType(1), LANES), [1] * LANES)
+        masks = self.masks if masked else [true, true]
+        with b.if_else(b.icmp_signed("==", self.c_j, _const(1))) as (rows, scattered):
+            with rows:   # C's rows are contiguous: whole vectors (under masks past N)
                 for a in range(height):
                     out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), col)])
-                    b.store(acc[2 * a], b.bitcast(out, vp), align=4)
-                    b.store(acc[2 * a + 1], b.bitcast(b.gep(out, [_const(LANES)]), vp), align=4)
-            with part:   # the last panel's columns only (its packed columns past N are zeros)
-                limit = _splat(b, b.trunc(self.rem, _i32), ir.VectorType(_i32, LANES))
-                masks = [b.icmp_signed("<", ir.Constant(ir.VectorType(_i32, LANES),
-                                                        list(range(half * LANES, (half + 1) * LANES))), limit)
-                         for half in range(2)]
+                    for half in range(2):
+                        at = b.bitcast(b.gep(out, [_const(half * LANES)]), vp)
+                        if masked:
+                            b.call(self.store, [acc[2 * a + half], at, ir.Constant(_i32, 4), masks[half]])
+                        else:
+                            b.store(acc[2 * a + half], at, align=4)
+            with scattered:   # C's columns are strided (a transposed output): each vector's lanes scattered
                 for a in range(height):
-                    out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), col)])
-                    b.call(self.store, [acc[2 * a], b.bitcast(out, vp), ir.Constant(_i32, 4), masks[0]])
-                    b.call(self.store, [acc[2 * a + 1], b.bitcast(b.gep(out, [_const(LANES)]), vp),
-                                        ir.Constant(_i32, 4), masks[1]])
+                    out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), b.mul(col, self.c_j))])
+                    for half in range(2):
+                        at = b.ptrtoint(b.gep(out, [b.mul(_const(half * LANES), self.c_j)]), _i64)
+                        ptrs = b.inttoptr(b.add(_splat(b, at, ir.VectorType(_i64, LANES)), self.lane_bytes),
+                                          _ptrs)
+                        b.call(self.scatter, [acc[2 * a + half], ptrs, ir.Constant(_i32, 4), masks[half]])
+
+
+class _DepthwiseEmitter:
+    """The IR of ``tlc_dw3x3(x, w, bias, out, planes, h, width, ho, wo, stride, has_bias)``: a 3x3 depthwise
+    convolution with padding 1 and stride 1 or 2 over ``planes`` consecutive planes (input [h, width], output
+    [ho, wo], weights 9 per plane, a bias per plane where ``has_bias``). Vectors of 16 outputs along an output
+    row: per vector nine masked loads of the input (the masks drop the padding's columns and the lanes past the
+    row; a stride-2 load takes two vectors and keeps their even lanes) and nine fused multiply-adds with the
+    plane's weights, held in registers, then one masked store. Rows of the padding are skipped."""
+
+    def __init__(self, module: ir.Module, loops: _Emitter):
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * 11), name=DEPTHWISE_SYMBOL)
+        self.fma, self.load, self.store = loops.fma, loops.load, loops.store
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        b = self.b
+        xp, wp, bp, op, planes, self.h, self.width, self.ho, self.wo, stride, has_bias = self.fn.args
+        fp = _f32.as_pointer()
+        self.xp, self.wp, self.bp, self.op = (b.inttoptr(v, fp) for v in (xp, wp, bp, op))
+        self.has_bias = b.icmp_signed("!=", has_bias, _const(0))
+        self.lanes = ir.Constant(ir.VectorType(_i64, LANES), list(range(LANES)))
+        self.lanes2 = ir.Constant(ir.VectorType(_i64, LANES), list(range(LANES, 2 * LANES)))
+        self.zero = ir.Constant(_vec, None)
+        with b.if_else(b.icmp_signed("==", stride, _const(1))) as (one, two):
+            with one:
+                _Emitter.loop(self, _const(0), planes, lambda q: self.plane(q, 1), "plane1")
+            with two:
+                _Emitter.loop(self, _const(0), planes, lambda q: self.plane(q, 2), "plane2")
+        b.ret_void()
+
+    def plane(self, q, stride: int) -> None:
+        b = self.b
+        w = b.gep(self.wp, [b.mul(q, _const(9))])
+        self.taps = [_splat(b, b.load(b.gep(w, [_const(t)]), align=4), _vec) for t in range(9)]
+        start = b.block
+        with b.if_then(self.has_bias):
+            loaded = b.load(b.gep(self.bp, [q]), align=4)
+            with_bias = b.block
+        bias = b.phi(_f32)
+        bias.add_incoming(ir.Constant(_f32, 0.0), start)
+        bias.add_incoming(loaded, with_bias)
+        self.bias = _splat(b, bias, _vec)
+        self.x = b.gep(self.xp, [b.mul(q, b.mul(self.h, self.width))])
+        self.out = b.gep(self.op, [b.mul(q, b.mul(self.ho, self.wo))])
+        chunks = b.sdiv(b.add(self.wo, _const(LANES - 1)), _const(LANES))
+        _Emitter.loop(self, _const(0), chunks, lambda c: self.chunk(c, stride), "j")
+
+    def chunk(self, c, stride: int) -> None:
+        """Outputs [j0, j0 + 16) (j0 = 16 c) of every output row: the column masks once, then the rows."""
+        b = self.b
+        vi64 = ir.VectorType(_i64, LANES)
+        j0 = b.mul(c, _const(LANES))
+        keep = b.icmp_signed("<", b.add(_splat(b, j0, vi64), self.lanes), _splat(b, self.wo, vi64))
+        width = _splat(b, self.width, vi64)
+        everything = ir.Constant(ir.VectorType(ir.IntType(1), LANES), [1] * LANES)
+        loads = []   # per kj: (offset of the first column from j0 * stride, mask) of each vector it loads
+
+        def inside(first, lanes, kept):
+            cols = b.add(_splat(b, first, vi64), lanes)
+            return b.and_(b.and_(b.icmp_signed(">=", cols, ir.Constant(vi64, [0] * LANES)),
+                                 b.icmp_signed("<", cols, width)), kept)
+
+        for kj in range(3):
+            first = b.add(b.mul(j0, _const(stride)), _const(kj - 1))   # the input column of lane 0
+            if stride == 1:
+                loads.append([(first, inside(first, self.lanes, keep))])
+            else:   # two vectors, every lane read where it is in the row; their even lanes kept
+                loads.append([(first, inside(first, self.lanes, everything)),
+                              (b.add(first, _const(LANES)), inside(first, self.lanes2, everything))])
+        _Emitter.loop(self, _const(0), self.ho, lambda oh: self.vector(oh, j0, keep, loads, stride), "oh")
+
+    def vector(self, oh, j0, keep, loads, stride: int) -> None:
+        """Outputs [j0, j0 + 16) of output row ``oh``, masked past ``wo``."""
+        b = self.b
+        acc = self.bias
+        for ki in range(3):
+            ih = b.add(b.mul(oh, _const(stride)), _const(ki - 1))
+            inside = b.and_(b.icmp_signed(">=", ih, _const(0)), b.icmp_signed("<", ih, self.h))
+            before = b.block
+            with b.if_then(inside):
+                row = b.gep(self.x, [b.mul(ih, self.width)])
+                summed = acc
+                for kj in range(3):
+                    vectors = [b.call(self.load, [b.bitcast(b.gep(row, [first]), _vec.as_pointer()),
+                                                  ir.Constant(_i32, 4), mask, self.zero])
+                               for first, mask in loads[kj]]
+                    v = vectors[0] if stride == 1 else b.shuffle_vector(
+                        vectors[0], vectors[1], ir.Constant(ir.VectorType(_i32, LANES), list(range(0, 2 * LANES, 2))))
+                    summed = b.call(self.fma, [v, self.taps[3 * ki + kj], summed])
+                done = b.block
+            merged = b.phi(_vec)
+            merged.add_incoming(acc, before)
+            merged.add_incoming(summed, done)
+            acc = merged
+        at = b.bitcast(b.gep(self.out, [b.add(b.mul(oh, self.wo), j0)]), _vec.as_pointer())
+        b.call(self.store, [acc, at, ir.Constant(_i32, 4), keep])
 
 
 def _source() -> str:
     module = ir.Module(name="tlc_panel")
     module.triple = llvm.get_process_triple()
-    _Emitter(module)
+    _DepthwiseEmitter(module, _Emitter(module))
     return str(module)
 
 
@@ -188,15 +324,22 @@ def ensure() -> None:
             _STATE["engine"] = _build()
         except Exception as exc:   # noqa: BLE001 - any failure only costs the kernel, never the product
             REASON = f"the panel product could not be built: {type(exc).__name__}: {exc}"
-            _STATE["engine"] = stub = cfunc(types.void(*([types.int64] * 8)))(_nothing)
-            llvm.add_symbol(SYMBOL, stub.address)
+            stubs = [cfunc(types.void(*([types.int64] * ARGS)))(_nothing),
+                     cfunc(types.void(*([types.int64] * 11)))(_nothing_dw)]
+            _STATE["engine"] = stubs
+            llvm.add_symbol(SYMBOL, stubs[0].address)
+            llvm.add_symbol(DEPTHWISE_SYMBOL, stubs[1].address)
 
 
 #: why the panel product is off ("" when it is built)
 REASON = ""
 
 
-def _nothing(b, a, c, rows, k, n, lda, ldc):   # the stub's body: never called, ``fast()`` being False
+def _nothing(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j):
+    return   # the stub's body: never called, ``fast()`` being False
+
+
+def _nothing_dw(x, w, bias, out, planes, h, width, ho, wo, stride, has_bias):
     return
 
 
@@ -236,7 +379,8 @@ def _build():
 
     engine.set_object_cache(saved, cached)
     engine.finalize_object()
-    llvm.add_symbol(SYMBOL, engine.get_function_address(SYMBOL))
+    for name in (SYMBOL, DEPTHWISE_SYMBOL):
+        llvm.add_symbol(name, engine.get_function_address(name))
     return engine   # owns the machine code: kept for the life of the process
 
 
@@ -246,7 +390,7 @@ def fast() -> bool:
     return not REASON and "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
 
 
-_panel_rows = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * 8)))
+_panel = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * ARGS)))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -255,7 +399,17 @@ def panel_rows(packed, first, a_addr, c_addr, rows, k, n, lda, ldc):
     ``a_addr`` (row stride ``lda``, unit column stride) times panels ``first``, ``first + 1``, ... of ``packed``
     (float32, ``pack``'s layout)."""
     if rows > 0 and n > 0:
-        _panel_rows(packed.ctypes.data + first * k * PANEL * 4, a_addr, c_addr, rows, k, n, lda, ldc)
+        _panel(packed.ctypes.data + first * k * PANEL * 4, a_addr, c_addr, rows, k, n, lda, ldc, PANEL, k * PANEL,
+               1, 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k, n):
+    """The kernel on any strides: C[i, j] (at ``c_addr + (i * ldc + j * c_j) * 4``) = sum over k of
+    A[i, k] (at ``a_addr + (i * lda + k * a_k) * 4``) times B[k, j] (panel ``j // PANEL`` from ``b_addr + (j //
+    PANEL) * step * 4``, its row k ``ldb`` elements after row k - 1), for i < rows, j < n."""
+    if rows > 0 and n > 0:
+        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j)
 
 
 def pack(b2d: np.ndarray) -> np.ndarray:
@@ -268,3 +422,15 @@ def pack(b2d: np.ndarray) -> np.ndarray:
     b = np.zeros((k, panels * PANEL), np.float32)
     b[:, :n] = b2d
     return np.ascontiguousarray(b.reshape(k, panels, PANEL).transpose(1, 0, 2)).ravel()
+
+
+_dw3x3 = types.ExternalFunction(DEPTHWISE_SYMBOL, types.void(*([types.int64] * 11)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def depthwise_3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, has_bias):
+    """``planes`` consecutive float32 planes of a 3x3 depthwise convolution with padding 1 and stride 1 or 2
+    (``_DepthwiseEmitter``): input planes [h, width] at ``x_addr``, output planes [ho, wo] at ``out_addr``, nine
+    weights a plane at ``w_addr``, one bias a plane at ``bias_addr`` where ``has_bias``."""
+    if planes > 0:
+        _dw3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, has_bias)

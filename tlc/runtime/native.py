@@ -512,10 +512,12 @@ class ConvSetup:
         window, begin, _ = spatial_window(attrs, w[2:], x[2:])
         self.geo = kconv.conv_geometry(x, w, y, window.strides, begin, window.dilations,
                                        int(attrs.get("group", 1)))
-        algo = kconv.choose(self.geo)
+        # the panel kernel: float32, weights packed once, a host that runs it fast
+        algo = kconv.choose(self.geo, panels=weights is not None and self.dtype == np.float32 and panel.fast())
         if weights is None and algo in (kconv.DIRECT, kconv.WINOGRAD):   # weights fed at run time: the
             algo = kconv.GEMM                                              # algorithm that reads them unpacked
         self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo, epilogue=epilogue)
+        kconv.use_vector_depthwise(self.geo, self.dtype)
         # parts on the pool (else in order on the calling thread): several parts, and work worth a region
         self.parallel = self.nparts > 1 and kconv.parallel(self.geo, ctx.threads)
         self.weights: Any = F(ctx.inputs[1]) if weights is None else \
