@@ -134,6 +134,14 @@ def test_the_cost_model_picks_blas_winograd_direct_and_depthwise_where_each_wins
     assert K.choose(geometry(64, 56, 64, 3)) == K.WINOGRAD              # ResNet's 3x3 convs
     assert K.choose(geometry(8, 16, 8, 3)) == K.DIRECT                  # small
     assert K.choose(geometry(32, 56, 32, 3, group=32)) == K.DEPTHWISE
+    # with the panel kernel (float32 weights on an AVX-512 host): the products it runs faster than BLAS
+    assert K.choose(geometry(960, 7, 160, 1), panels=True) == K.PANEL              # MobileNetV2's 1x1s at 7x7
+    assert K.panel_lanes(geometry(960, 7, 160, 1))[0] == K.LANES_CHANNELS          # 49 positions: 2 panels
+    assert K.panel_lanes(geometry(16, 112, 96, 1))[0] == K.LANES_POSITIONS         # 12544 positions
+    assert K.choose(geometry(512, 7, 512, 3), panels=True) == K.PANEL              # ResNet's last 3x3s
+    assert K.panel_lanes(geometry(512, 7, 512, 3))[0] == K.LANES_CHANNELS          # gathered: channels only
+    assert K.choose(geometry(64, 56, 64, 3), panels=True) == K.WINOGRAD
+    assert K.choose(geometry(3, 224, 32, 3, s=2), panels=True) == K.DIRECT         # 27-deep: the scatters cost
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

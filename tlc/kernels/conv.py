@@ -13,7 +13,14 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   vector loop over the output. For small convolutions and few input channels (a 3-channel first conv), where
   im2col and a BLAS call cost more than the arithmetic.
 - ``DEPTHWISE``: one input channel per output channel (group == C == M): passes of nine taps over each
-  plane's stride phases (every output computed once, a strided conv too).
+  plane's stride phases (every output computed once, a strided conv too); a 3x3 conv with padding 1 and stride
+  1 or 2 on float32 runs ``tlc.kernels.panel``'s vector kernel instead (``use_vector_depthwise``).
+- ``PANEL`` (one group, float32, constant weights, AVX-512 hosts): per image out[M, HW] = W[M, K] @ X[K, HW]
+  (X the input of a pointwise conv, else the batch's im2col matrix gathered first, ``prepare_panel``) through
+  ``tlc.kernels.panel``'s register-tiled kernel, with the output positions in its lanes (W broadcast, X read in
+  place; pointwise convs with many positions) or the output channels (X broadcast, W^T packed once in panels of
+  32, each vector scattered into NCHW). Parts are runs of output channels (a panel's 32, or a tile's 6), or of
+  output positions where the channels share out unevenly (``deferred``).
 - ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(2x2, 3x3). Weights transformed once at compile time
   into 16 matrices U[16, M, C]; per chunk of 2x2 output tiles the input tiles are transformed into 16 blocks
   (B^T d B), multiplied by U in 16 BLAS products (2.25x fewer multiply-adds than im2col), and transformed back
@@ -90,6 +97,8 @@ BLAS_FULL_COLUMNS = 128
 BLAS_FULL_DEPTH = 128
 BLAS_CALL_S = 10e-6
 IM2COL_ELEMS_PER_S = 3e9
+#: and ~5 ns a run of one output row (a 512 -> 512 3x3 conv at 7x7 gathers 4608 x 7 runs of 7 in ~0.25 ms)
+IM2COL_SEGMENT_S = 5e-9
 #: Winograd F(2x2, 3x3): its 16 products reach ~55 GMAC/s from 64 tiles a chunk on (16 tiles: 0.4 of it, as
 #: each product packs its whole [M, C] matrix), the input transform ~4.5 G and the output transform ~6 G
 #: transformed elements/s (unit-stride vector loops over a chunk's slots; 2-3.5 G on 7x7 planes), ~0.5 us per
@@ -195,7 +204,9 @@ def seconds(geo: np.ndarray, algo: int) -> float:
         gather = 0 if is_pointwise(geo) else geo[N] * k * geo[HO] * geo[WO]
         if geo[GROUP] != 1 or gather > PANEL_COL_MAX:
             return np.inf
-        return work / (PANEL_MACS_PER_S * panel_lanes(geo)[1]) + gather / IM2COL_ELEMS_PER_S
+        segments = 0 if is_pointwise(geo) else geo[N] * k * geo[HO]   # the gather's runs of one output row
+        return work / (PANEL_MACS_PER_S * panel_lanes(geo)[1]) + gather / IM2COL_ELEMS_PER_S + \
+            segments * IM2COL_SEGMENT_S
     if algo == DIRECT:   # whole blocks per group only; a pass sums nine taps (a 1x1 window eight zero ones)
         if not direct_applies(geo):
             return np.inf
@@ -234,12 +245,16 @@ def use_vector_depthwise(geo: np.ndarray, dtype) -> bool:
 def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
     """PANEL's orientation for this shape (LANES_POSITIONS or LANES_CHANNELS) and the fraction of the kernel's
     full rate it runs at: the share of its lanes that hold outputs (the last panel of 32 is masked), less the
-    scattered stores of LANES_CHANNELS, and a tile's rows (of 6) where there are fewer."""
+    scattered stores of LANES_CHANNELS, and a tile's rows (of 6) where there are fewer. A gathered conv takes
+    LANES_CHANNELS: with the positions in lanes, each k-step of a panel reads a row of the im2col matrix a page
+    or more from the last (a 7x7 3 -> 64 conv at 224x224, stride 2: 4.3 ms against 3.3 with the channels)."""
     hw, m = int(geo[HO] * geo[WO]), int(geo[M])
     k = int(geo[C] * geo[KH] * geo[KW])
     positions = hw / (panel.PANEL * -(-hw // panel.PANEL)) * min(1.0, m / panel.TILE)
     channels = m / (panel.PANEL * -(-m // panel.PANEL)) * k / (k + PANEL_SCATTER_K) * min(1.0, hw / panel.TILE)
-    return (LANES_CHANNELS, channels) if channels > positions else (LANES_POSITIONS, positions)
+    if channels > positions or not is_pointwise(geo):
+        return LANES_CHANNELS, channels
+    return LANES_POSITIONS, positions
 
 
 def _panel_units(geo) -> int:
