@@ -138,6 +138,24 @@ def test_products_on_weights_packed_in_panels(rng, threads):
     plan = run_both([helper.make_node("Gemm", ["x", "b", "c"], ["y"], transB=1, alpha=0.5)], {"x": (13, 24)},
                     {"b": b, "c": c}, rng, threads=threads)
     assert "BLAS" in notes(plan)
+    # a transposed A: the kernel broadcasts six elements of one row of A a k-step
+    plan = run_both([helper.make_node("Gemm", ["x", "b", "c"], ["y"], transA=1, transB=1)], {"x": (24, 13)},
+                    {"b": b, "c": c}, rng, threads=threads)
+    assert kind in notes(plan)
+
+
+def test_products_of_activations_in_panels_in_place(rng):
+    """A B that is no constant, with contiguous columns (attention's probabilities times V), runs the panel
+    kernel on B where it is (masked past N, 40 columns; a batch of 2 x 3 heads, broadcast over one of them); a B
+    read transposed (Q times K^T) stays on BLAS."""
+    kind = "panels in place" if panel.fast() else "BLAS"
+    plan = run_both([helper.make_node("MatMul", ["p", "v"], ["y"])], {"p": (2, 3, 9, 11), "v": (2, 1, 11, 40)},
+                    {}, rng)   # 2 threads, and 1 (``run_both``)
+    assert kind in notes(plan)
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["y"])]
+    plan = run_both(nodes, {"q": (3, 9, 16), "k": (3, 20, 16)}, {}, rng)
+    assert "in place" not in notes(plan)
 
 
 def test_equal_columns_stay_equal_in_panels(rng):

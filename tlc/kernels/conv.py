@@ -50,7 +50,7 @@ from numba import carray, njit, prange
 from . import entries, panel
 from .blas import gemm_f32, gemm_f64
 from .entries import Entry
-from .panel import depthwise_3x3, panel_strided
+from .panel import BIAS_COLUMNS, BIAS_NONE, BIAS_ROWS, depthwise_3x3, panel_biased
 
 panel.ensure()   # the symbol the PANEL parts call (compiled code links it by name)
 
@@ -128,7 +128,9 @@ PANEL_COL_MAX = 1 << 22
 #: work worth a parallel region (one costs ~5-10 us on this VM; a BLAS product's threshold is the same ~20 us)
 PARALLEL_MIN_S = 20e-6
 #: outputs of a depthwise part at most (when there are planes enough): the epilogue that follows the part on its
-#: thread finds them in L2 (one part per thread over a 144x56x56 output ran a Clip after it at ~3 GB/s)
+#: thread finds them in L2 (one part per thread over a 144x56x56 output ran a Clip after it at ~3 GB/s; PANEL's
+#: parts cut so, a tile's 6 channels each, read their whole input again: MobileNetV2's 16 -> 96 1x1 at 112x112
+#: with its Clip 0.59 -> 0.63 ms)
 EPILOGUE_ELEMS = 1 << 16
 #: elements a part's scratch is rounded to (``_slot``): two 64-byte lines of float32, as the prefetcher pairs them
 SLOT = 32
@@ -1114,9 +1116,9 @@ def prepare_panel(x, w, bias, geo, col, p, nprep):
 @njit(cache=True, nogil=True)
 def part_panel(x, w, bias, geo, acc, col, p, nparts):
     """Part ``p`` of ``nparts`` of a PANEL conv: per image, out[M, HW] = W[M, K] @ X[K, HW] (X the input itself
-    for a pointwise conv, else the im2col matrix ``prepare_panel`` gathered) through ``panel_strided``, the
-    bias added on the part's output. ROWS: a run of whole units of output channels (returns its flat range);
-    TILES: a run of output positions of every channel (returns (0, 0): strided)."""
+    for a pointwise conv, else the im2col matrix ``prepare_panel`` gathered) through ``panel_biased``, the
+    kernel's accumulators starting from the bias. ROWS: a run of whole units of output channels (returns its
+    flat range); TILES: a run of output positions of every channel (returns (0, 0): strided)."""
     n_all, m_all = geo[N], geo[M]
     hw = geo[HO] * geo[WO]
     k = geo[C] * geo[KH] * geo[KW]
@@ -1125,6 +1127,8 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
     image_in = (geo[C] * geo[H] * geo[W] if col.shape[0] <= 1 else k * hw) * item
     out = acc.ctypes.data
     channels = geo[KIND] == LANES_CHANNELS
+    # the bias is where the kernel's accumulators start: a column's (channels in lanes) or a row's
+    mode = BIAS_NONE if bias.shape[0] == 0 else BIAS_COLUMNS if channels else BIAS_ROWS
     if geo[MODE] == TILES:   # positions [i0, i1) of each image: whole tiles of rows, or whole panels
         step = panel.TILE if channels else panel.PANEL
         tiles = (hw + step - 1) // step
@@ -1136,17 +1140,11 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
             i0, i1 = (t - n * tiles) * step, min(hw, (stop - n * tiles) * step)
             image, at = src + n * image_in + i0 * item, out + (n * m_all * hw + i0) * item
             if channels:
-                panel_strided(w.ctypes.data, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw, i1 - i0, k,
-                              m_all)
+                panel_biased(w.ctypes.data, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw, i1 - i0, k,
+                             m_all, bias.ctypes.data, mode)
             else:
-                panel_strided(image, hw, panel.PANEL, w.ctypes.data, k, 1, at, hw, 1, m_all, k, i1 - i0)
-            if bias.shape[0] > 0:
-                flat = acc.reshape(-1)
-                for m in range(m_all):
-                    b = bias[m]
-                    start = n * m_all * hw + m * hw
-                    for i in range(i0, i1):
-                        flat[np.uint64(start + i)] += b
+                panel_biased(image, hw, panel.PANEL, w.ctypes.data, k, 1, at, hw, 1, m_all, k, i1 - i0,
+                             bias.ctypes.data, mode)
             t = stop
         return 0, 0
     unit = panel.PANEL if channels else panel.TILE
@@ -1161,11 +1159,11 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
         image = src + n * image_in
         at = out + (n * m_all + m0) * hw * item
         if channels:
-            panel_strided(w.ctypes.data + m0 * k * item, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw,
-                          hw, k, m1 - m0)
+            panel_biased(w.ctypes.data + m0 * k * item, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw,
+                         hw, k, m1 - m0, bias.ctypes.data + m0 * item, mode)
         else:
-            panel_strided(image, hw, panel.PANEL, w.ctypes.data + m0 * k * item, k, 1, at, hw, 1, m1 - m0, k, hw)
-        _add_bias(acc, bias, n, m0, m1, hw)
+            panel_biased(image, hw, panel.PANEL, w.ctypes.data + m0 * k * item, k, 1, at, hw, 1, m1 - m0, k, hw,
+                         bias.ctypes.data + m0 * item, mode)
         u = stop
     lo = u0 // per_image * m_all + min(m_all, (u0 % per_image) * unit)
     hi = u1 // per_image * m_all + min(m_all, (u1 % per_image) * unit)

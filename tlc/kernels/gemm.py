@@ -6,8 +6,10 @@ array [batch, 3] of byte offsets of each batch's A, B and C matrices, computed o
 (``batch_offsets``). C is C-contiguous.
 
 ``gemm_part(a, b, c, offs, alpha, cols, packed, p, nparts) -> (lo, hi)`` computes part ``p`` of ``nparts`` as one
-or a few single-threaded BLAS calls, or, where ``packed`` holds a constant float32 B in panels (``packs``), the
-panel product of ``tlc.kernels.panel``:
+or a few single-threaded BLAS calls, or through the panel kernel of ``tlc.kernels.panel`` (float32, alpha 1,
+A on any strides): where ``packed`` holds a constant B in panels (``packs``), or where it is ``IN_PLACE``, on
+a B with contiguous columns read where it is (``in_place``: attention's probabilities times V, 3 x 197 x 197 x
+64 in 130 us against BLAS's 154, 12 x 128 x 128 x 64 226 against 273):
 
 - row parts (``cols`` False): the flattened rows ``batch * M`` of C cut into ``nparts`` runs; the part returns
   the flat element range [lo, hi) of C it wrote (contiguous), so an epilogue can follow on the same thread;
@@ -26,7 +28,7 @@ from numba import njit, prange
 
 from . import panel
 from .blas import gemm_f32, gemm_f64
-from .panel import PANEL, panel_rows
+from .panel import PANEL, panel_strided
 
 panel.ensure()   # the symbol the product parts call (compiled code links it by name)
 
@@ -67,8 +69,9 @@ def parts_for(macs: int, threads: int) -> int:
 
 @njit(cache=True, nogil=True, inline="always")
 def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha, packed):
-    """C[bi][r0:r1, c0:c1] = alpha * A[bi][r0:r1] @ B[bi][:, c0:c1]: one BLAS call, or, where B is ``packed``
-    in panels (float32, alpha 1, A with unit column stride; ``c0`` on a panel's edge), the panel product."""
+    """C[bi][r0:r1, c0:c1] = alpha * A[bi][r0:r1] @ B[bi][:, c0:c1]: one BLAS call, or (float32, alpha 1) the
+    panel product on B ``packed`` in panels (``c0`` on a panel's edge) or, where ``packed`` is ``IN_PLACE``, on
+    B where it is (unit column stride)."""
     item = c.itemsize
     k = a.shape[-1]
     n = c.shape[-1]
@@ -77,8 +80,12 @@ def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha, packed):
     pa = a.ctypes.data + offs[bi, 0] + (r0 * a_rs) * item
     pb = b.ctypes.data + offs[bi, 1] + (c0 * b_cs) * item
     pc = c.ctypes.data + offs[bi, 2] + (r0 * n + c0) * item
-    if packed.size > 0:
-        panel_rows(packed, c0 // PANEL, pa, pc, r1 - r0, k, c1 - c0, a_rs, n)
+    if packed.size > 1:
+        panel_strided(packed.ctypes.data + (c0 // PANEL) * k * PANEL * 4, PANEL, k * PANEL, pa, a_rs, a_cs, pc, n,
+                      1, r1 - r0, k, c1 - c0)
+        return
+    if packed.size == 1:
+        panel_strided(pb, b_rs, PANEL, pa, a_rs, a_cs, pc, n, 1, r1 - r0, k, c1 - c0)
         return
     if item == 4:
         gemm_f32(r1 - r0, c1 - c0, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)
@@ -127,13 +134,26 @@ def _matmul_serial(a, b, c, offs, alpha, packed):
 
 #: no packed panels: every product on BLAS
 UNPACKED = np.zeros(0, np.float32)
+#: the panel product on B where it is (an activation: attention's probabilities times V)
+IN_PLACE = np.zeros(1, np.float32)
+#: columns of C from which the panel product on B in place beats BLAS (a vector of 16 and more)
+IN_PLACE_MIN_COLUMNS = 16
 
 
-def packs(b: np.ndarray | None, a_unit_columns: bool, alpha: float) -> bool:
-    """Whether a product takes the panel product: a constant float32 B [K, N] (K at least 1, N a panel or more),
-    alpha 1, A read row by row, on an AVX-512 host (elsewhere BLAS stays faster)."""
+def packs(b: np.ndarray | None, alpha: float) -> bool:
+    """Whether a product takes the panel product on B packed once: a constant float32 B [K, N] (K at least 1, N
+    a panel or more), alpha 1, on an AVX-512 host (elsewhere BLAS stays faster). A's strides are the kernel's
+    (a transposed A broadcasts six elements of one row a k-step)."""
     return (b is not None and b.ndim == 2 and b.dtype == np.float32 and b.shape[0] > 0 and b.shape[1] >= PANEL
-            and alpha == 1.0 and a_unit_columns and panel.fast())
+            and alpha == 1.0 and panel.fast())
+
+
+def in_place(dtype, b_unit_columns: bool, n: int, k: int, alpha: float) -> bool:
+    """Whether a product whose B is no constant takes the panel product on B where it is: float32, alpha 1, B's
+    columns contiguous (its rows are the kernel's panel rows), C at least ``IN_PLACE_MIN_COLUMNS`` wide, on an
+    AVX-512 host."""
+    return (np.dtype(dtype) == np.float32 and b_unit_columns and n >= IN_PLACE_MIN_COLUMNS and k > 0
+            and alpha == 1.0 and panel.fast())
 
 
 def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, offs: np.ndarray, alpha: float, cols: bool,

@@ -12,8 +12,9 @@ x 768 54-57 against 49-52 GMAC/s, 197 x 768 x 192 55-58 against 48-52, 96 x 1024
 loops never keep such a block in registers (LLVM cannot prove the arrays apart), hence IR with explicit vectors;
 LLVM lowers the 16-lane vectors to what the host has (one AVX-512 register each).
 
-``tlc_panel(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j)`` (addresses and element strides as int64, as
-``blas.py``'s symbols): ``C[i, j] = sum_k A[i, k] B[k, j]`` for rows i < ``rows`` and columns j < ``n``, with
+``tlc_panel(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode)`` (addresses and element
+strides as int64, as ``blas.py``'s symbols): ``C[i, j] = bias + sum_k A[i, k] B[k, j]`` for rows i < ``rows``
+and columns j < ``n`` (the bias ``bias[i]``, ``bias[j]`` or none: ``bias_mode``), with
 A[i, k] at ``a + i * lda + k * a_k``, C[i, j] at ``c + i * ldc + j * c_j``, and B in panels of ``PANEL``
 columns, panel p at ``b + p * step`` and its row k ``ldb`` elements after row k - 1. Packed weights are panels
 ``K x PANEL`` (``ldb = PANEL``, ``step = K * PANEL``); an activation read in place is one panel every ``PANEL``
@@ -49,7 +50,9 @@ LANES = 16
 SYMBOL = "tlc_panel"
 DEPTHWISE_SYMBOL = "tlc_dw3x3"
 #: the kernel's arguments (int64 each: see the module docstring)
-ARGS = 12
+ARGS = 14
+#: the bias the kernel adds (``bias_mode``): none, one a row of C, one a column of C
+BIAS_NONE, BIAS_ROWS, BIAS_COLUMNS = 0, 1, 2
 
 _f32, _i64, _i32 = ir.FloatType(), ir.IntType(64), ir.IntType(32)
 _vec = ir.VectorType(_f32, LANES)
@@ -82,9 +85,12 @@ class _Emitter:
                                    name="llvm.masked.scatter.v16f32.v16p0f32")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         b = self.b
-        bp, ap, cp, rows, k, n, lda, ldc, ldb, step, a_k, c_j = self.fn.args
+        bp, ap, cp, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode = self.fn.args
         fp = _f32.as_pointer()
         self.bp, self.ap, self.cp = b.inttoptr(bp, fp), b.inttoptr(ap, fp), b.inttoptr(cp, fp)
+        self.bias = b.inttoptr(bias, fp)
+        self.row_bias = b.icmp_signed("==", bias_mode, _const(BIAS_ROWS))
+        self.column_bias = b.icmp_signed("==", bias_mode, _const(BIAS_COLUMNS))
         self.rows, self.k, self.n, self.lda, self.ldc = rows, k, n, lda, ldc
         self.ldb, self.step, self.a_k, self.c_j = ldb, step, a_k, c_j
         # the lanes' offsets in bytes along C's columns, for scattered stores (a column stride other than 1)
@@ -123,6 +129,20 @@ class _Emitter:
         self.masks = [b.icmp_signed("<", ir.Constant(ir.VectorType(_i32, LANES),
                                                      list(range(half * LANES, (half + 1) * LANES))), limit)
                       for half in range(2)]
+        # the panel's columns' bias (BIAS_COLUMNS; else zeros): what its accumulators start from
+        start = b.block
+        with b.if_then(self.column_bias):
+            at = b.gep(self.bias, [col])
+            loaded = [b.call(self.load, [b.bitcast(b.gep(at, [_const(half * LANES)]), _vec.as_pointer()),
+                                         ir.Constant(_i32, 4), self.masks[half], ir.Constant(_vec, None)])
+                      for half in range(2)]
+            with_bias = b.block
+        self.column_init = []
+        for half in range(2):
+            phi = b.phi(_vec)
+            phi.add_incoming(ir.Constant(_vec, None), start)
+            phi.add_incoming(loaded[half], with_bias)
+            self.column_init.append(phi)
         with b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
             with whole:
                 self.tiles(wp, col, False)
@@ -146,8 +166,21 @@ class _Emitter:
         b.position_at_end(done)
 
     def tile(self, wp, col, r0, height: int, masked: bool) -> None:
-        """Rows [r0, r0 + height) of the panel at ``wp``: the accumulators are phis of the k loop."""
+        """Rows [r0, r0 + height) of the panel at ``wp``: the accumulators are phis of the k loop, starting from
+        the bias (a row's, or the panel's columns')."""
         b = self.b
+        start = b.block
+        with b.if_then(self.row_bias):
+            loaded = [_splat(b, b.load(b.gep(self.bias, [b.add(r0, _const(a))]), align=4), _vec)
+                      for a in range(height)]
+            with_bias = b.block
+        rows = []
+        for a in range(height):
+            phi = b.phi(_vec)
+            phi.add_incoming(ir.Constant(_vec, None), start)
+            phi.add_incoming(loaded[a], with_bias)
+            rows.append(phi)
+        init = [b.fadd(row, self.column_init[half]) for row in rows for half in range(2)]   # one of two is zero
         before = b.block
         head = self.fn.append_basic_block("k_head")
         inside = self.fn.append_basic_block("k_body")
@@ -157,9 +190,9 @@ class _Emitter:
         k = b.phi(_i64, "k")
         k.add_incoming(_const(0), before)
         acc = []
-        for _ in range(2 * height):
+        for value in init:
             phi = b.phi(_vec)
-            phi.add_incoming(ir.Constant(_vec, None), before)
+            phi.add_incoming(value, before)
             acc.append(phi)
         b.cbranch(b.icmp_signed("<", k, self.k), inside, after)
         b.position_at_end(inside)
@@ -335,7 +368,7 @@ def ensure() -> None:
 REASON = ""
 
 
-def _nothing(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j):
+def _nothing(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode):
     return   # the stub's body: never called, ``fast()`` being False
 
 
@@ -400,7 +433,7 @@ def panel_rows(packed, first, a_addr, c_addr, rows, k, n, lda, ldc):
     (float32, ``pack``'s layout)."""
     if rows > 0 and n > 0:
         _panel(packed.ctypes.data + first * k * PANEL * 4, a_addr, c_addr, rows, k, n, lda, ldc, PANEL, k * PANEL,
-               1, 1)
+               1, 1, 0, BIAS_NONE)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -409,7 +442,15 @@ def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k
     A[i, k] (at ``a_addr + (i * lda + k * a_k) * 4``) times B[k, j] (panel ``j // PANEL`` from ``b_addr + (j //
     PANEL) * step * 4``, its row k ``ldb`` elements after row k - 1), for i < rows, j < n."""
     if rows > 0 and n > 0:
-        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j)
+        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, 0, BIAS_NONE)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def panel_biased(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k, n, bias_addr, bias_mode):
+    """``panel_strided`` plus a bias (``bias_mode``: BIAS_ROWS, float32 ``bias_addr[i]`` a row; BIAS_COLUMNS,
+    ``bias_addr[j]`` a column; BIAS_NONE) that the accumulators start from."""
+    if rows > 0 and n > 0:
+        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias_addr, bias_mode)
 
 
 def pack(b2d: np.ndarray) -> np.ndarray:

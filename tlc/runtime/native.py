@@ -219,11 +219,12 @@ class Product:
         self.cols = gemm.column_split(m, n, self.offs.shape[0], self.nparts)
         # a constant float32 B in panels, packed once here: the panel product (``tlc.kernels.panel``)
         b2d = self.b_const if self.b_const is not None and self.promoted is None else None
-        self.packed = (panel.pack(b2d) if gemm.packs(b2d, self.a_strides[-1] == dtype.itemsize, alpha)
-                       else gemm.UNPACKED)
+        self.packed = panel.pack(b2d) if gemm.packs(b2d, alpha) else gemm.UNPACKED
+        if self.b_const is None and gemm.in_place(dtype, self.b_strides[-1] == dtype.itemsize, n, k, alpha):
+            self.packed = gemm.IN_PLACE
         self.a = ctx.const(0) if ctx.const(0) is not None else V(ctx.inputs[0])
         self.b = self.b_const if self.b_const is not None else V(ctx.inputs[1])
-        kind = "panels" if self.packed.size else "BLAS"
+        kind = "panels" if self.packed.size > 1 else "panels in place" if self.packed.size else "BLAS"
         self.note = (f"{kind} in {self.nparts} {'column' if self.cols else 'row'} parts" if self.nparts > 1
                      else kind)
 
