@@ -50,7 +50,7 @@ from numba import carray, njit, prange
 from . import entries, panel
 from .blas import gemm_f32, gemm_f64
 from .entries import Entry
-from .panel import BIAS_COLUMNS, BIAS_NONE, BIAS_ROWS, depthwise_3x3, panel_biased
+from .panel import BIAS_COLUMNS, BIAS_NONE, BIAS_ROWS, depthwise_3x3, panel_strided
 
 panel.ensure()   # the symbol the PANEL parts call (compiled code links it by name)
 
@@ -999,10 +999,22 @@ def _winograd_rows_layout(geo, nparts):
 @njit(cache=True, nogil=True)
 def prepare_gemm(x, w, bias, geo, col, p, nprep):
     """Part ``p`` of ``nprep`` of the batch's im2col (GEMM, ROWS mode; nothing otherwise)."""
-    if geo[MODE] != ROWS:
-        return
+    if geo[MODE] == ROWS:
+        _im2col_part(x, geo, col, p, nprep)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _im2col_part(x, geo, col, p, nprep):
+    """Part ``p`` of ``nprep`` of the rows of the batch's whole im2col matrix, into ``col``."""
     rows = geo[N] * geo[C] * geo[KH] * geo[KW]
     _im2col_rows(x, geo, col, 0, rows * p // nprep, rows * (p + 1) // nprep)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unit_channel(u, per_image, unit, m_all):
+    """The flat (image, output channel) index where unit ``u`` starts: units of ``unit`` output channels,
+    ``per_image`` an image (its last one may hold fewer), numbered across the batch."""
+    return u // per_image * m_all + min(m_all, (u % per_image) * unit)
 
 
 @njit(cache=True, nogil=True)
@@ -1054,17 +1066,16 @@ def part_direct(x, w, bias, geo, acc, col, p, nparts):
     blocks_per_image = (m_all + BLOCK - 1) // BLOCK
     blocks = n_all * blocks_per_image
     b0, b1 = blocks * p // nparts, blocks * (p + 1) // nparts
-    lo = (b0 // blocks_per_image) * m_all + min(m_all, (b0 % blocks_per_image) * BLOCK)
-    hi = (b1 // blocks_per_image) * m_all + min(m_all, (b1 % blocks_per_image) * BLOCK)
     b = b0
     while b < b1:
         n = b // blocks_per_image
         stop = min(b1, (n + 1) * blocks_per_image)
-        lo_m = (b - n * blocks_per_image) * BLOCK
-        hi_m = min(m_all, (stop - n * blocks_per_image) * BLOCK)
+        lo_m = _unit_channel(b, blocks_per_image, BLOCK, m_all) - n * m_all
+        hi_m = _unit_channel(stop, blocks_per_image, BLOCK, m_all) - n * m_all
         _direct_phases(x, w, bias, geo, acc, own, n, lo_m, hi_m)
         b = stop
-    return lo * hw, hi * hw
+    return (_unit_channel(b0, blocks_per_image, BLOCK, m_all) * hw,
+            _unit_channel(b1, blocks_per_image, BLOCK, m_all) * hw)
 
 
 @njit(cache=True, nogil=True)
@@ -1107,16 +1118,14 @@ def part_gemm(x, w, bias, geo, acc, col, p, nparts):
 @njit(cache=True, nogil=True)
 def prepare_panel(x, w, bias, geo, col, p, nprep):
     """Part ``p`` of ``nprep`` of the batch's im2col (PANEL with a gather; nothing for a pointwise conv)."""
-    if col.shape[0] <= 1:
-        return
-    rows = geo[N] * geo[C] * geo[KH] * geo[KW]
-    _im2col_rows(x, geo, col, 0, rows * p // nprep, rows * (p + 1) // nprep)
+    if col.shape[0] > 1:
+        _im2col_part(x, geo, col, p, nprep)
 
 
 @njit(cache=True, nogil=True)
 def part_panel(x, w, bias, geo, acc, col, p, nparts):
     """Part ``p`` of ``nparts`` of a PANEL conv: per image, out[M, HW] = W[M, K] @ X[K, HW] (X the input itself
-    for a pointwise conv, else the im2col matrix ``prepare_panel`` gathered) through ``panel_biased``, the
+    for a pointwise conv, else the im2col matrix ``prepare_panel`` gathered) through ``panel_strided``, the
     kernel's accumulators starting from the bias. ROWS: a run of whole units of output channels (returns its
     flat range); TILES: a run of output positions of every channel (returns (0, 0): strided)."""
     n_all, m_all = geo[N], geo[M]
@@ -1140,10 +1149,10 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
             i0, i1 = (t - n * tiles) * step, min(hw, (stop - n * tiles) * step)
             image, at = src + n * image_in + i0 * item, out + (n * m_all * hw + i0) * item
             if channels:
-                panel_biased(w.ctypes.data, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw, i1 - i0, k,
+                panel_strided(w.ctypes.data, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw, i1 - i0, k,
                              m_all, bias.ctypes.data, mode)
             else:
-                panel_biased(image, hw, panel.PANEL, w.ctypes.data, k, 1, at, hw, 1, m_all, k, i1 - i0,
+                panel_strided(image, hw, panel.PANEL, w.ctypes.data, k, 1, at, hw, 1, m_all, k, i1 - i0,
                              bias.ctypes.data, mode)
             t = stop
         return 0, 0
@@ -1155,19 +1164,18 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
     while u < u1:
         n = u // per_image
         stop = min(u1, (n + 1) * per_image)
-        m0, m1 = (u - n * per_image) * unit, min(m_all, (stop - n * per_image) * unit)
+        m0 = _unit_channel(u, per_image, unit, m_all) - n * m_all
+        m1 = _unit_channel(stop, per_image, unit, m_all) - n * m_all
         image = src + n * image_in
         at = out + (n * m_all + m0) * hw * item
         if channels:
-            panel_biased(w.ctypes.data + m0 * k * item, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw,
+            panel_strided(w.ctypes.data + m0 * k * item, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw,
                          hw, k, m1 - m0, bias.ctypes.data + m0 * item, mode)
         else:
-            panel_biased(image, hw, panel.PANEL, w.ctypes.data + m0 * k * item, k, 1, at, hw, 1, m1 - m0, k, hw,
+            panel_strided(image, hw, panel.PANEL, w.ctypes.data + m0 * k * item, k, 1, at, hw, 1, m1 - m0, k, hw,
                          bias.ctypes.data + m0 * item, mode)
         u = stop
-    lo = u0 // per_image * m_all + min(m_all, (u0 % per_image) * unit)
-    hi = u1 // per_image * m_all + min(m_all, (u1 % per_image) * unit)
-    return lo * hw, hi * hw
+    return _unit_channel(u0, per_image, unit, m_all) * hw, _unit_channel(u1, per_image, unit, m_all) * hw
 
 
 @njit(cache=True, nogil=True)

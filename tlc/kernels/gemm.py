@@ -28,7 +28,7 @@ from numba import njit, prange
 
 from . import panel
 from .blas import gemm_f32, gemm_f64
-from .panel import PANEL, panel_strided
+from .panel import BIAS_NONE, PANEL, panel_strided
 
 panel.ensure()   # the symbol the product parts call (compiled code links it by name)
 
@@ -82,10 +82,10 @@ def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha, packed):
     pc = c.ctypes.data + offs[bi, 2] + (r0 * n + c0) * item
     if packed.size > 1:
         panel_strided(packed.ctypes.data + (c0 // PANEL) * k * PANEL * 4, PANEL, k * PANEL, pa, a_rs, a_cs, pc, n,
-                      1, r1 - r0, k, c1 - c0)
+                      1, r1 - r0, k, c1 - c0, 0, BIAS_NONE)
         return
     if packed.size == 1:
-        panel_strided(pb, b_rs, PANEL, pa, a_rs, a_cs, pc, n, 1, r1 - r0, k, c1 - c0)
+        panel_strided(pb, b_rs, PANEL, pa, a_rs, a_cs, pc, n, 1, r1 - r0, k, c1 - c0, 0, BIAS_NONE)
         return
     if item == 4:
         gemm_f32(r1 - r0, c1 - c0, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)

@@ -346,10 +346,11 @@ _STATE: dict[str, object] = {}
 
 
 def ensure() -> None:
-    """Compile ``tlc_panel_rows`` for this host (or load its machine code from the kernel cache) and register
-    the symbol. Once per process. Where that fails (an llvmlite without MCJIT's object cache, an unsupported
-    target), the symbol is a no-op stub, ``fast()`` is False (BLAS keeps every product) and ``REASON`` says
-    why: the kernels that name the symbol still link."""
+    """Compile the module's kernels (``tlc_panel``, ``tlc_dw3x3``) for this host, or load their machine code from
+    the kernel cache, and register the symbols. Once per process. Where that fails (an llvmlite without MCJIT's
+    object cache, an unsupported target), the symbols are no-op stubs, ``fast()`` is False (BLAS keeps every
+    product, the phase kernels every depthwise conv) and ``REASON`` says why: the kernels that name the
+    symbols still link."""
     global REASON
     if "engine" in _STATE:
         return
@@ -451,28 +452,12 @@ _panel = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * ARGS)))
 
 
 @njit(cache=True, nogil=True, inline="always")
-def panel_rows(packed, first, a_addr, c_addr, rows, k, n, lda, ldc):
-    """``n`` columns of ``rows`` rows of C at address ``c_addr`` (row stride ``ldc`` elements) = A's rows at
-    ``a_addr`` (row stride ``lda``, unit column stride) times panels ``first``, ``first + 1``, ... of ``packed``
-    (float32, ``pack``'s layout)."""
-    if rows > 0 and n > 0:
-        _panel(packed.ctypes.data + first * k * PANEL * 4, a_addr, c_addr, rows, k, n, lda, ldc, PANEL, k * PANEL,
-               1, 1, 0, BIAS_NONE)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k, n):
-    """The kernel on any strides: C[i, j] (at ``c_addr + (i * ldc + j * c_j) * 4``) = sum over k of
+def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k, n, bias_addr, bias_mode):
+    """The kernel on any strides: C[i, j] (at ``c_addr + (i * ldc + j * c_j) * 4``) = bias + sum over k of
     A[i, k] (at ``a_addr + (i * lda + k * a_k) * 4``) times B[k, j] (panel ``j // PANEL`` from ``b_addr + (j //
-    PANEL) * step * 4``, its row k ``ldb`` elements after row k - 1), for i < rows, j < n."""
-    if rows > 0 and n > 0:
-        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, 0, BIAS_NONE)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def panel_biased(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k, n, bias_addr, bias_mode):
-    """``panel_strided`` plus a bias (``bias_mode``: BIAS_ROWS, float32 ``bias_addr[i]`` a row; BIAS_COLUMNS,
-    ``bias_addr[j]`` a column; BIAS_NONE) that the accumulators start from."""
+    PANEL) * step * 4``, its row k ``ldb`` elements after row k - 1), for i < rows, j < n; the bias (float32,
+    ``bias_mode``): ``bias_addr[i]`` a row (BIAS_ROWS), ``bias_addr[j]`` a column (BIAS_COLUMNS), or none
+    (BIAS_NONE: ``bias_addr`` unread)."""
     if rows > 0 and n > 0:
         _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias_addr, bias_mode)
 
