@@ -25,19 +25,24 @@ def random_feeds(graph: tlc.Graph, rng: np.random.Generator) -> dict[str, np.nda
     return feeds
 
 
-def assert_same_outputs(before: tlc.Graph, after: tlc.Graph, feeds: dict[str, np.ndarray]) -> None:
-    """Both graphs give bit-identical outputs, under the same output names."""
+def assert_same_outputs(before: tlc.Graph, after: tlc.Graph, feeds: dict[str, np.ndarray],
+                        rtol: float | None = None) -> None:
+    """Both graphs give bit-identical outputs (or within ``rtol``), under the same output names."""
     want = tlc.reference.run(before, feeds)
     got = tlc.reference.run(after, feeds)
     assert list(got) == list(want)
     for name in want:
         assert got[name].dtype == want[name].dtype, name
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        if rtol is None:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        else:
+            np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=rtol, err_msg=name)
 
 
 def apply(pass_cls: type[Pass], graph: tlc.Graph, rng: np.random.Generator, *, runs: int = 1,
-          **options) -> tuple[tlc.Graph, PassResult]:
-    """Run the pass on a copy of ``graph``, verify the result and compare numbers with the original."""
+          rtol: float | None = None, **options) -> tuple[tlc.Graph, PassResult]:
+    """Run the pass on a copy of ``graph``, verify the result and compare numbers with the original (bit for
+    bit, or within ``rtol`` for passes that let a kernel sum in another order)."""
     out = graph.copy()
     result = PassResult()
     p = pass_cls(PassOptions(**options))
@@ -47,7 +52,7 @@ def apply(pass_cls: type[Pass], graph: tlc.Graph, rng: np.random.Generator, *, r
         for k, v in r.stats.items():
             result.stats[k] = result.stats.get(k, 0) + v
     out.verify()
-    assert_same_outputs(graph, out, random_feeds(graph, rng))
+    assert_same_outputs(graph, out, random_feeds(graph, rng), rtol)
     return out, result
 
 
