@@ -51,15 +51,16 @@ def build(op: str, feeds: dict[str, np.ndarray], cases: dict[str, tuple[str, lis
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
 
 
-def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], with_ort=True, rtol=1e-5, atol=1e-6) -> None:
-    """The compiled plan (every step a library step) against the reference executor and onnxruntime (which has
-    no float64 Resize or ConvTranspose)."""
+def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], with_ort=True, rtol=1e-5, atol=1e-6,
+                jit: str = "off") -> dict:
+    """The compiled plan (every step a library step, or with the JIT a native one) against the reference
+    executor and onnxruntime (which has no float64 Resize or ConvTranspose); returns the steps' notes."""
     feeds = {vi.name: feeds[vi.name] for vi in model.graph.input}
     graph = from_onnx(model)[0]
-    plan = tlc.compile(graph, opt_level=0, jit="off")
+    plan = tlc.compile(graph, opt_level=0, jit=jit)
     first, have = plan.run(feeds), plan.run(feeds)   # the second run reuses dirty scratch
     modes = {s.name: (s.mode, s.reason) for s in plan.stats().steps}
-    assert all(mode == "library" for mode, _ in modes.values()), modes
+    assert all(mode == "library" or (jit != "off" and mode == "native") for mode, _ in modes.values()), modes
     want = tlc.reference.run(graph, feeds)
     names = [o.name for o in model.graph.output]
     if with_ort:
@@ -71,6 +72,7 @@ def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], with_ort=T
         np.testing.assert_allclose(have[name], want[name], rtol=rtol, atol=atol, err_msg=f"{name} vs reference")
         if with_ort:
             np.testing.assert_allclose(have[name], from_ort[name], rtol=1e-4, atol=1e-5, err_msg=f"{name} vs ort")
+    return {s.name: s.reason for s in plan.stats().steps}
 
 
 def test_resize_modes_match_reference_and_onnxruntime(rng):
@@ -120,6 +122,12 @@ def test_resize_modes_match_reference_and_onnxruntime(rng):
                "double_nearest": ("x64", [None, f32(1, 1, 2, 3)], near)}
     check_model(build("Resize", feeds, cases), feeds)
     check_model(build("Resize", feeds, doubles), feeds, with_ort=False, rtol=1e-12, atol=1e-12)
+    # with the JIT: the plane kernel (``tlc.kernels.resample``) for the float cases that resize H and W only
+    notes = check_model(build("Resize", feeds, cases), feeds, jit="eager")
+    planes = {name for name, note in notes.items() if note.startswith("plane kernel")}
+    assert planes == set(cases) - {"linear_channels_too", "linear_tf_crop_and_resize", "uint8_nearest"}, notes
+    notes = check_model(build("Resize", feeds, doubles), feeds, with_ort=False, rtol=1e-12, atol=1e-12, jit="eager")
+    assert all(note.startswith("plane kernel") for note in notes.values()), notes
 
 
 def test_convtranspose_matches_reference_and_onnxruntime(rng):
@@ -188,3 +196,22 @@ def test_onnx_backend_cases_pass_as_compiled_plans():
                 reference_steps.append(case.name)
     assert not failures, "\n".join(failures)
     assert sorted(reference_steps) == ["test_convtranspose_1d", "test_convtranspose_3d"]
+
+
+def test_onnx_backend_resize_cases_pass_with_the_plane_kernel():
+    """The same oracle with the JIT on: the float cases that resize H and W run ``tlc.kernels.resample``."""
+    notes: list[str] = []
+    runner = CompiledRunner(opt_level=0, jit="eager", on_plan=lambda plan: notes.extend(
+        s.reason for s in plan.stats().steps))
+    failures = []
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        for case in quick_cases_for("Resize"):
+            if run_case(case, reference_runner)[0] != PASS:
+                continue
+            for variant in (case, frozen(case)):
+                status, reason = run_case(variant, runner)
+                if status != PASS:
+                    failures.append(f"{case.name}{'' if variant is case else ' (frozen)'}: {reason}")
+    assert not failures, "\n".join(failures)
+    assert sum(note.startswith("plane kernel") for note in notes) >= 20, notes

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..ir.types import np_dtype
 from ..kernels import conv as kconv
-from ..kernels import lib_conv_nhwc, lib_pool, lib_pool_nhwc
+from ..kernels import lib_conv_nhwc, lib_pool, lib_pool_nhwc, resample
 from ..ops import conv as conv_ops
 from ..ops import dims as op_dims
 from ..ops import expr as E
@@ -656,8 +656,46 @@ class ResizeImpl(StepImpl):
             src = dst
         kinds = "+".join(s.kind for s in steps)
         blas = any(s.kind == "matmul" for s in steps)
-        return Bound([Call(resize_into, (V(ctx.inputs[0]), V(ctx.outputs[0]), tuple(steps))
-                           + _work_refs(work))], workspace=work, blas=blas, note=kinds)
+        calls = [Call(resize_into, (V(ctx.inputs[0]), V(ctx.outputs[0]), tuple(steps)) + _work_refs(work))]
+        planes = self._planes(ctx, x, y, passes, compute)
+        if planes is None:
+            return Bound(calls, workspace=work, blas=blas, note=kinds)
+        args, nparts = planes
+        nearest = args[6]
+
+        def build(alias):   # compile for these types (on the JIT thread): one 1x1 plane, one tap
+            plane, index, weight = np.zeros((1, 1, 1), compute), np.zeros((1, 1), np.int64), np.ones((1, 1), compute)
+            resample.resample(plane, plane.copy(), index, weight, index, weight, nearest, nparts)
+            return "resize"
+
+        native = [Call(_resample, (V(ctx.inputs[0]), V(ctx.outputs[0]), *args))]
+        return Bound(calls, mode="native", workspace=work, blas=blas, note=f"plane kernel, {nparts} part(s)",
+                     request=KernelRequest("resize", build, lambda kern, alias: native))
+
+    def _planes(self, ctx: BindContext, x, y, passes, compute):
+        """The plane kernel's arguments (after the input and output) and its parts, where it applies: floats,
+        only the last two axes resized, no extrapolated positions, the JIT on; else None."""
+        rank = len(x)
+        if (not ctx.options.jit_enabled or compute not in (np.float32, np.float64) or rank < 3
+                or any(axis < rank - 2 for axis, *_ in passes) or not ctx.contiguous(0)
+                or self.attrs["coordinate_transformation_mode"] == "tf_crop_and_resize"):
+            return None
+        taps = []
+        for axis in (rank - 2, rank - 1):
+            found = [p for p in passes if p[0] == axis]
+            if not found:   # this axis as it is: one tap of weight 1
+                taps += [np.arange(x[axis], dtype=np.int64)[:, None], np.ones((x[axis], 1), compute)]
+                continue
+            _, out_len, scale, bounds = found[0]
+            coords, _ = resize_ops.source_coords(self.attrs["coordinate_transformation_mode"], out_len, x[axis],
+                                                 scale, bounds)
+            idx, weights = resize_ops.taps(coords, x[axis], scale, self.attrs)
+            taps += [np.ascontiguousarray(idx, np.int64), np.ascontiguousarray(weights, compute)]
+        planes = math.prod(x[:-2])
+        nearest = self.attrs["mode"] == "nearest"
+        work = math.prod(y) * (1 if nearest else taps[1].shape[1] + taps[3].shape[1])
+        nparts = _plane_parts(work, planes, ctx.threads)
+        return ((planes, *x[-2:]), (planes, *y[-2:]), *taps, nearest, nparts), nparts
 
     def _axis_pass(self, src_shape, dst_shape, scale, bounds, compute, src, dst, work) -> AxisPass:
         in_len, out_len = src_shape[1], dst_shape[1]
@@ -688,6 +726,10 @@ def _optional_const(ctx: BindContext, port: int, what: str) -> np.ndarray | None
     if port >= len(ctx.inputs) or ctx.in_types[port] is None:
         return None
     return ctx.require_const(port, what)
+
+
+def _resample(x, out, in_shape, out_shape, iy, wy, ix, wx, nearest, nparts) -> None:
+    resample.resample(x.reshape(in_shape), out.reshape(out_shape), iy, wy, ix, wx, nearest, nparts)
 
 
 def resize_into(x: np.ndarray, out: np.ndarray, steps: tuple[AxisPass, ...], *work: np.ndarray) -> None:
