@@ -18,7 +18,7 @@ import numpy as np
 
 from ..ir.types import np_dtype
 from ..kernels import conv as kconv
-from ..kernels import lib_conv_nhwc, lib_pool, lib_pool_nhwc, resample
+from ..kernels import gemm, lib_conv_nhwc, lib_pool, lib_pool_nhwc, resample
 from ..ops import conv as conv_ops
 from ..ops import dims as op_dims
 from ..ops import expr as E
@@ -806,9 +806,32 @@ class ConvTransposeImpl(StepImpl):
         cols_shape = (n, mg * group, math.prod(kernel), h, wd)
         geo = ConvTransposeGeometry(group, c // group, mg * math.prod(kernel), cols_shape, known is None,
                                     tuple(taps), assign, not assign or coverage.min(initial=1) == 0)
-        work = [((n, group, geo.rows, h * wd), dtype)]
-        return Bound([Call(conv_transpose_into, (V(ctx.inputs[0]), weight, bias, V(ctx.outputs[0]), geo, W(0)))],
-                     workspace=work, blas=True, note="copy per tap" if assign else "add per tap")
+        cols = (n, group, geo.rows, h * wd)
+        work = [(cols, dtype)]
+        args = (V(ctx.inputs[0]), weight, bias, V(ctx.outputs[0]), geo, W(0))
+        note = "copy per tap" if assign else "add per tap"
+        numpy_calls = [Call(conv_transpose_into, args)]
+        if known is None or not ctx.options.jit_enabled:
+            return Bound(numpy_calls, workspace=work, blas=True, note=note)
+        # the product on the pool (in parts; the panel product on X where it is, for float32): what MatMul runs
+        item = dtype.itemsize
+        x_cols = (n, group, c // group, h * wd)
+        offs = gemm.batch_offsets(weight.shape, weight.strides, x_cols, contiguous_strides(x_cols, item), cols,
+                                  item)
+        nparts = gemm.parts_for(n * c * geo.rows * h * wd, ctx.threads)
+        packed = gemm.IN_PLACE if gemm.in_place(dtype, True, h * wd, c // group, 1.0) else gemm.UNPACKED
+        native = [Call(conv_transpose_into, args + ((offs, nparts, packed),))]
+
+        def build(alias):   # the product's driver for these types, on one element (on the JIT thread)
+            one = np.zeros((1, 1, 1, 1), dtype)
+            gemm.matmul(np.zeros((1, 1, 1), dtype), one, one.copy(), np.zeros((1, 3), np.int64), 1.0, False, nparts,
+                        packed)
+            return "conv transpose product"
+
+        kind = "panels in place" if packed.size else "BLAS"
+        return Bound(numpy_calls, mode="native", workspace=work, blas=True,
+                     note=f"{kind} in {nparts} part(s), {note}",
+                     request=KernelRequest("conv transpose", build, lambda kern, alias: native))
 
 
 def _tap_span(offset: int, stride: int, size: int, out: int) -> tuple[slice, slice] | None:
@@ -832,11 +855,17 @@ class ConvTransposeGeometry(NamedTuple):
     fill: bool                           # zero the output first: some element is written by no tap
 
 
-def conv_transpose_into(x, weight, bias, out, geo: ConvTransposeGeometry, cols) -> None:
+def conv_transpose_into(x, weight, bias, out, geo: ConvTransposeGeometry, cols, product=None) -> None:
+    """The columns (per group: weight^T @ X), then each kernel tap's copy or add into the output, then the bias;
+    ``product`` (offsets, parts, panels): the product through ``tlc.kernels.gemm`` rather than numpy's."""
     n, m, kernel, h, w = geo.cols_shape
     if geo.raw_weight:
         weight = weight.reshape(geo.group, geo.per_group, geo.rows).transpose(0, 2, 1)
-    np.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), out=cols)
+    if product is None:
+        np.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), out=cols)
+    else:
+        offs, nparts, packed = product
+        gemm.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), cols, offs, 1.0, False, nparts, packed)
     taps = cols.reshape(geo.cols_shape)
     bias_first = bias is not None and not geo.assign   # the adds start from the bias: one pass fewer
     if bias_first:
