@@ -1518,6 +1518,10 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
     h, width = geo[H], geo[W]
     xf = x.reshape(x.size)
     of = out.reshape(out.size)
+    if (is_max and kh == 2 and kw == 2 and sh == 2 and sw == 2 and dh == 1 and dw == 1 and pt == 0 and pl == 0
+            and 2 * ho <= h and 2 * wo <= width):
+        _max_2x2(xf, of, h, width, ho, wo, q0, q1)
+        return
     df = divisor.reshape(divisor.size)
     ph = scratch[:phases]
     full = scratch[phases:phases + size]
@@ -1559,6 +1563,22 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
                 row, dst = oh * wq, (q * ho + oh) * wo
                 for j in range(wo):
                     of[np.uint64(dst + j)] = full[np.uint64(row + j)] / df[np.uint64(oh * wo + j)]
+
+
+@njit(cache=True, nogil=True)
+def _max_2x2(xf, of, h, width, ho, wo, q0, q1):
+    """Planes [q0, q1) of a 2x2 stride-2 max pool whose windows all lie inside the plane (UNet's, VGG's): each
+    output from its four inputs in window order, read in place (the phase copy and the tap passes of
+    ``pool_planes`` took three passes over the plane: a 64x64 batch-8 pool of 32 channels 340 -> ~110 us)."""
+    for q in range(q0, q1):
+        x0, o0 = q * h * width, q * ho * wo
+        for i in range(ho):
+            r0 = x0 + 2 * i * width
+            r1, o = r0 + width, o0 + i * wo
+            for j in range(wo):
+                m = _later(xf[np.uint64(r0 + 2 * j)], xf[np.uint64(r0 + 2 * j + 1)])
+                m = _later(m, xf[np.uint64(r1 + 2 * j)])
+                of[np.uint64(o + j)] = _later(m, xf[np.uint64(r1 + 2 * j + 1)])
 
 
 @njit(cache=True, nogil=True, inline="always")
