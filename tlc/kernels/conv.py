@@ -1569,7 +1569,7 @@ def pool_planes(x, geo, divisor, out, scratch, q0, q1):
 def _max_2x2(xf, of, h, width, ho, wo, q0, q1):
     """Planes [q0, q1) of a 2x2 stride-2 max pool whose windows all lie inside the plane (UNet's, VGG's): each
     output from its four inputs in window order, read in place (the phase copy and the tap passes of
-    ``pool_planes`` took three passes over the plane: a 64x64 batch-8 pool of 32 channels 340 -> ~110 us)."""
+    ``pool_planes`` took three passes over the plane: one such pool of 8 x 32 x 64x64 alone 197 -> 65 us)."""
     for q in range(q0, q1):
         x0, o0 = q * h * width, q * ho * wo
         for i in range(ho):

@@ -120,15 +120,12 @@ def _member(graph: Graph, node: Node) -> tuple[tuple, _Member] | None:
         if attrs.get("transA", 0):
             return None
         weight = b.T if attrs.get("transB", 0) else b
-        c = graph.const_value(inputs[2]) if len(inputs) > 2 and inputs[2] is not None else None
-        if len(inputs) > 2 and inputs[2] is not None and c is None:
-            return None
+        has_c = len(inputs) > 2 and inputs[2] is not None
+        c = graph.const_value(inputs[2]) if has_c else None
         bias = None if c is None else _row_bias(c, weight.shape[1], 2)
-        if c is not None and bias is None:
+        if has_c and bias is None:   # a C that is no constant, or one that varies along rows
             return None
         add, key_attrs = None, (float(attrs.get("alpha", 1.0)), float(attrs.get("beta", 1.0)))
-    if graph.is_output(node.outputs[0]) and add is not None:
-        return None
     result = add.outputs[0] if add is not None else node.outputs[0]
     key = (node.op, a, weight.shape[0], weight.dtype.str, key_attrs, bias is not None)
     return key, _Member(node, weight, bias, add, result)

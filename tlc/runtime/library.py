@@ -661,7 +661,7 @@ class ResizeImpl(StepImpl):
         if planes is None:
             return Bound(calls, workspace=work, blas=blas, note=kinds)
         args, nparts = planes
-        nearest = args[6]
+        nearest = self.attrs["mode"] == "nearest"
 
         def build(alias):   # compile for these types (on the JIT thread): one 1x1 plane, one tap
             plane, index, weight = np.zeros((1, 1, 1), compute), np.zeros((1, 1), np.int64), np.ones((1, 1), compute)
