@@ -1624,24 +1624,34 @@ def pool_run(x, geo, divisor, out, scratch, nparts: int) -> None:
         call_pool(x, geo, divisor, out, scratch, 0, int(geo[N] * geo[C]))
 
 
-@njit(cache=True, nogil=True)
-def global_pool_planes(x, out, is_max, q0, q1):
-    """Planes [q0, q1) of a global max or average pool of x viewed [planes, size] into out [planes]."""
+@njit(cache=True, nogil=True, fastmath={"reassoc", "nsz"})
+def _plane_means(x, out, q0, q1):
+    """Planes [q0, q1) of x [planes, size]: each plane's mean, summed in float64 in vector lanes (reassociated:
+    a serial sum of 1280 planes of 49 took 35 us, this 10)."""
     size = x.shape[1]
     for q in range(q0, q1):
         row = x[q]
-        if is_max:
-            acc = -np.inf
-            for j in range(size):
-                v = row[j]
-                if v > acc or v != v:
-                    acc = v
-            out[q] = acc
-        else:
-            total = 0.0
-            for j in range(size):
-                total += row[j]
-            out[q] = total / size
+        total = 0.0
+        for j in range(size):
+            total += row[j]
+        out[q] = total / size
+
+
+@njit(cache=True, nogil=True)
+def global_pool_planes(x, out, is_max, q0, q1):
+    """Planes [q0, q1) of a global max or average pool of x viewed [planes, size] into out [planes]."""
+    if not is_max:
+        _plane_means(x, out, q0, q1)
+        return
+    size = x.shape[1]
+    for q in range(q0, q1):
+        row = x[q]
+        acc = -np.inf
+        for j in range(size):
+            v = row[j]
+            if v > acc or v != v:
+                acc = v
+        out[q] = acc
 
 
 @njit(cache=True, nogil=True, parallel=True)
