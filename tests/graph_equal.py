@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tlc.ir.graph import Graph
+from tlc.ir.types import ML_DTYPES
 
 
 def assert_graphs_equal(a: Graph, b: Graph, where: str = "graph") -> None:
@@ -83,5 +84,8 @@ def assert_arrays_identical(x: np.ndarray, y: np.ndarray, at: str = "array") -> 
         bits = np.dtype(f"u{x.dtype.itemsize}")
         same = (x.view(bits) == y.view(bits)) | (np.isnan(x) & np.isnan(y))
         assert same.all(), f"{at}: {x!r} != {y!r}"
+    elif x.dtype.kind == "V" or x.dtype.name in ML_DTYPES:  # ml_dtypes types: bit for bit (a NaN is one pattern)
+        bits = np.dtype(f"u{x.dtype.itemsize}")
+        assert (x.view(bits) == y.view(bits)).all(), f"{at}: {x!r} != {y!r}"
     else:
         np.testing.assert_array_equal(x, y, err_msg=at)

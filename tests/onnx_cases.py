@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import warnings
 from collections.abc import Callable, Mapping
 
@@ -71,8 +72,9 @@ def all_cases() -> tuple:
 
 def quick_cases_for(*ops: str) -> list:
     """``cases_for(*ops)`` without building all ~1,900 node cases (``all_cases`` takes ~6 s): importing onnx's case
-    module of an op (``onnx.backend.test.case.node.<op lowercased>``) records that op's cases in onnx's list,
-    which ``all_cases`` later returns in full (the other modules imported then), so the two mix in one session."""
+    module of an op (``onnx.backend.test.case.node.<op lowercased>``, else in snake case) records that op's cases
+    in onnx's list, which ``all_cases`` later returns in full (the other modules imported then), so the two mix in
+    one session."""
     import importlib
 
     from onnx.backend.test.case import node
@@ -80,7 +82,10 @@ def quick_cases_for(*ops: str) -> list:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for op in ops:
-            importlib.import_module(f"{node.__name__}.{op.lower()}")
+            try:
+                importlib.import_module(f"{node.__name__}.{op.lower()}")
+            except ModuleNotFoundError:  # some modules are snake case: causal_conv_with_state
+                importlib.import_module(f"{node.__name__}.{re.sub(r'(?<!^)(?=[A-Z])', '_', op).lower()}")
     wanted = set(ops)
     # NOTE: _NodeTestCases is where onnx's ``expect`` records every case it builds
     return [c for c in node._NodeTestCases if c.model.graph.node and c.model.graph.node[0].op_type in wanted]

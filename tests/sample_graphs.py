@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 
 import tlc  # noqa: F401  (registers the ops)
 from tlc.ir.graph import TLC_DOMAIN, Graph
-from tlc.ir.types import DTYPES, TensorType, np_dtype
+from tlc.ir.types import DTYPES, ML_DTYPES, ML_FLOAT_DTYPES, TensorType, np_dtype
 from tlc.ops import Trait, all_ops
 
 #: A name no format may trust: quotes, escapes, newlines, code, controls, non-ASCII, lone surrogates (also two
@@ -135,6 +135,9 @@ def _arrays():
         if dtype == "string":
             return shape.flatmap(lambda s: _string_lists(int(np.prod(s)))
                                  .map(lambda xs, s=s: np.array(xs, dtype=object).reshape(s)))
+        if dtype in ML_DTYPES:  # hypothesis draws numpy's own types: drawn as float32 / int8, then converted
+            base = np.float32 if dtype in ML_FLOAT_DTYPES else np.int8
+            return hnp.arrays(base, shape).map(lambda a, d=dtype: a.astype(np_dtype(d)))
         return hnp.arrays(np.dtype(dtype), shape)
 
     return st.sampled_from(DTYPES).flatmap(arrays_of)

@@ -24,9 +24,9 @@ OPS = ["abs", "add", "and", "ceil", "celu", "clip", "concat", "constantofshape",
        "conv", "convtranspose", "maxpool", "averagepool", "globalaveragepool", "globalmaxpool", "batchnorm", "gemm",
        "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_l1", "reduce_l2", "reduce_log_sum",
        "layer_normalization", "instancenorm", "lrn", "logsoftmax", "argmax", "argmin", "einsum", "hardmax"]
-# Cases of those ops that tlc refuses by design (types it does not hold, sequences, optionals, training mode) or
+# Cases of those ops that tlc refuses by design (sequences, optionals, training mode) or
 # whose expanded form needs ops outside this selection.
-EXCLUDE = r"bfloat16|float8|int4|float4|int2|_opt|sequence|training_mode|split_to_sequence"
+EXCLUDE = r"_opt|sequence|training_mode|split_to_sequence"
 MUST_RUN = ["test_relu_cpu", "test_add_bcast_cpu", "test_softmax_axis_0_cpu", "test_matmul_4d_cpu",
             "test_where_example_cpu", "test_celu_expanded_cpu", "test_pow_types_int32_float32_cpu",
             "test_transpose_default_cpu", "test_slice_neg_steps_cpu", "test_gather_negative_indices_cpu",

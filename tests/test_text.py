@@ -201,7 +201,7 @@ def test_save_and_load_text_with_arrays_beside(tmp_path):
     npz = tmp_path / "model.tlc.npz"
     assert npz.exists()
     with np.load(npz, allow_pickle=False) as arrays:
-        assert "c22" in arrays.files and arrays["c22"].dtype == np.float32
+        assert any(arrays[k].dtype == np.float32 and arrays[k].shape == (3, 4, 5) for k in arrays.files)
     assert_graphs_equal(g, load_text(path))
     # a graph whose constants are all small leaves no .npz, and removes a stale one
     small = Graph("small")

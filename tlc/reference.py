@@ -36,7 +36,7 @@ class Interpreter:
         opdef = opdef_of(node)
         context = {"run_graph": run_graph} if Trait.SUBGRAPH in opdef.traits else {}
         try:
-            outs = opdef.run_reference(inputs, node.attrs, **context)
+            outs = opdef.run_reference(inputs, node.attrs, _out_dtypes(node), **context)
         except TlcError:
             raise
         except Exception as exc:  # an implementation bug or an input it cannot take: say where
@@ -92,3 +92,7 @@ def run_graph(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     feeds = {node.name: array for node, array in zip(graph.inputs, inputs)}
     result = Interpreter(graph).run(feeds)
     return [result[name] for _, name in graph.outputs]
+
+
+def _out_dtypes(node: Node) -> list[str | None]:
+    return [None if t is None else t.dtype for t in node.output_types]

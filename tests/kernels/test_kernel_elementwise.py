@@ -153,7 +153,7 @@ def unary_ops() -> list[str]:
         and op.domain == ""
         and op.inputs[0] == 1
         and op.inputs[1] is not None
-        and op.name not in ("Cast", "Not", "IsNaN", "IsInf")
+        and op.name not in ("Cast", "Not", "IsNaN", "IsInf", "BitwiseNot")
     ]
 
 

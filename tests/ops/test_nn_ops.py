@@ -10,12 +10,7 @@ import tlc
 from tests.onnx_cases import cases_for
 
 NN_OPS = ("MatMul", "Gemm", "Einsum", "Softmax", "LogSoftmax", "Hardmax")
-_BF16 = ("value type(s) tlc does not support: bfloat16", "bfloat16 is not a dtype tlc holds")
-KNOWN_FAILURES = {
-    "test_einsum_batch_matmul_bfloat16": _BF16,
-    "test_einsum_sum_bfloat16": _BF16,
-    "test_einsum_transpose_bfloat16": _BF16,
-}
+KNOWN_FAILURES: dict = {}
 
 
 @pytest.mark.parametrize("case", cases_for(*NN_OPS), ids=lambda c: c.name)

@@ -8,14 +8,10 @@ from nn_helpers import check_against_ort, check_backend_case, output_types, run_
 
 import tlc
 from tests.onnx_cases import cases_for
-from tlc.io.onnx import from_onnx
 
 NORM_OPS = ("BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization", "LRN",
             "LpNormalization", "MeanVarianceNormalization")
-KNOWN_FAILURES = {
-    "test_batchnorm_example_training_mode": ("training_mode=1 is not supported", "training mode is refused"),
-    "test_batchnorm_epsilon_training_mode": ("training_mode=1 is not supported", "training mode is refused"),
-}
+KNOWN_FAILURES: dict = {}
 
 
 @pytest.mark.parametrize("case", cases_for(*NORM_OPS), ids=lambda c: c.name)
@@ -37,13 +33,18 @@ def test_batch_norm_matches_onnxruntime(rng, shape):
     assert output_types(g)[0].shape == dims["x"]
 
 
-def test_batch_norm_training_mode_is_refused_by_name():
+def test_batch_norm_training_mode_matches_onnxruntime(rng):
     c = 3
-    inputs = {"x": np.zeros((2, c, 4), np.float32), **{k: np.ones(c, np.float32)
-                                                       for k in ("scale", "bias", "mean", "var")}}
-    model = single_node_model("BatchNormalization", inputs, dict(training_mode=1), outputs=3)
-    with pytest.raises(tlc.UnsupportedOperatorError, match="'batchnormalization_node'.*training_mode=1"):
-        from_onnx(model)
+    inputs = {"x": _rand(rng, 2, c, 4, 5), "scale": _rand(rng, c), "bias": _rand(rng, c), "mean": _rand(rng, c),
+              "var": rng.random(c, dtype=np.float32) + 0.1}
+    model = single_node_model("BatchNormalization", inputs, dict(training_mode=1, momentum=0.8), outputs=3,
+                              opset=15)
+    feeds = dict(inputs)
+    want = run_ort(model, feeds)
+    g, have = run_tlc(model, feeds)
+    for h, w in zip(have, want):
+        np.testing.assert_allclose(h, w, rtol=1e-5, atol=1e-5)
+    assert [t.shape for t in output_types(g)] == [(2, c, 4, 5), (c,), (c,)]
 
 
 @pytest.mark.parametrize("axis", [-1, 1, 0])

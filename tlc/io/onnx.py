@@ -12,9 +12,11 @@ Import decisions:
   Constant node with one ``value`` array.
 - External data is read only from files inside the model's folder (``read_model``); a ModelProto given directly
   with external references is refused rather than read relative to the working directory.
+- Element types: every one of ``tlc.ir.types.DTYPES``, the ml_dtypes ones (bfloat16, float8, float6, float4, int4,
+  int2) included; their tensors (packed 4- and 2-bit data too) are read and written by ``onnx.numpy_helper``.
 - Refusals come all at once with ``UnsupportedOperatorError``: every unknown op with its count, every element
-  type tlc does not hold (bfloat16, float8, int4, complex, ...) and every non-tensor value (sequence, optional,
-  map) with where it occurs.
+  type tlc does not hold (complex64, complex128) and every non-tensor value (sequence, optional, map) with where
+  it occurs.
 - Model-local functions are inlined, except the ``tlc``-domain functions tlc writes for ``tlc.Fused`` nodes,
   which become ``tlc.Fused`` nodes again (so export -> import keeps fused groups).
 - The Identity nodes the exporter adds to name graph outputs (marked by their doc string) are read as the

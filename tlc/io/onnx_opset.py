@@ -3,8 +3,9 @@
 Older models (opset < 21) go through ``onnx.version_converter``, which carries the semantic changes (Softmax
 before 13, Reduce* axes becoming inputs at 18, Split/Squeeze/Unsqueeze at 13, ...). Measured with onnx 1.23 on
 the ONNX backend node cases of opset 1 to 20: it converts all 879, and onnx's reference evaluator computes the
-expected outputs from the converted model in all 859 cases where it does so from the original; so no op needs
-a conversion of tlc's own.
+expected outputs from the converted model in all 859 cases where it does so from the original. One conversion
+is tlc's own: Upsample and Resize 10 become an opset-11 Resize without their asymmetric coordinate rule
+(``_keep_legacy_resize`` sets it).
 
 Newer models (opset > 21) are *not* down-converted: onnx's down adapters refuse most of them (269 of the 978
 newer node cases fail, e.g. "No Adapter From Version 22 for GlobalMaxPool" or a type restriction), although
@@ -23,7 +24,7 @@ import functools
 from collections import Counter
 
 import onnx
-from onnx import defs, helper, version_converter
+from onnx import defs, helper, numpy_helper, version_converter
 
 from ..errors import InvalidModelError, UnsupportedOperatorError
 from ..ir.graph import DEFAULT_OPSET
@@ -58,7 +59,39 @@ def convert_opset(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProt
         raise InvalidModelError(f"could not convert the model from opset {version} to {DEFAULT_OPSET}: "
                                 f"{reason}") from None
     warnings.append(f"converted from opset {version} to {DEFAULT_OPSET}")
+    if version < 11:
+        _keep_legacy_resize(model, converted, warnings)
     return converted
+
+
+def _keep_legacy_resize(model: onnx.ModelProto, converted: onnx.ModelProto, warnings: list[str]) -> None:
+    """Upsample (opset 7-9) and Resize 10 map output coordinates asymmetrically (x_in = x_out / scale); the
+    converter writes an opset-11 Resize with only ``mode``, which then means half_pixel. Sets the old rule on
+    those Resize nodes of ``converted`` (found by their output names). Nearest takes the floor neighbour
+    (Upsample's scales are >= 1); a Resize 10 that shrinks takes the ceiling, as onnxruntime does, where its
+    constant scales all shrink."""
+    legacy = {n.output[0]: n for n in model.graph.node if n.op_type in ("Upsample", "Resize") and n.output}
+    constants = {t.name: t for t in model.graph.initializer}
+    for node in converted.graph.node:
+        old = legacy.get(node.output[0]) if node.op_type == "Resize" and node.output else None
+        if old is None:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if "coordinate_transformation_mode" not in attrs:
+            node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+        if attrs.get("mode", b"nearest") != b"nearest" or "nearest_mode" in attrs:
+            continue
+        rounding = "floor"
+        if old.op_type == "Resize":
+            scales = constants.get(old.input[1]) if len(old.input) > 1 else None
+            values = numpy_helper.to_array(scales) if scales is not None else None
+            if values is not None and values.size and (values <= 1).all() and (values < 1).any():
+                rounding = "ceil"
+            elif values is None or (values < 1).any():
+                warnings.append(f"Resize {old.name or node.output[0]!r} (opset 10, nearest): scales not constant "
+                                f"or mixed; the floor neighbour is taken (onnxruntime takes the ceiling where it "
+                                f"shrinks)")
+        node.attribute.append(helper.make_attribute("nearest_mode", rounding))
 
 
 def read_newer_nodes(model: onnx.ModelProto, version: int) -> onnx.ModelProto:

@@ -1,7 +1,8 @@
 """ONNX tensors and types <-> numpy arrays and tlc types, refusing what tlc cannot hold by name.
 
-tlc holds the element types of ``tlc.ir.types.DTYPES``. Everything else ONNX can express (bfloat16, float8, int4,
-complex, ...) and every non-tensor type (sequence, map, optional, sparse tensor) is refused with an
+tlc holds the element types of ``tlc.ir.types.DTYPES`` (numpy's, and bfloat16, float8, int4 and the other
+low-precision types through ml_dtypes). Everything else ONNX can express (complex64, complex128) and every
+non-tensor type (sequence, map, optional, sparse tensor) is refused with an
 ``UnsupportedOperatorError`` that names the type and where it occurs, never a ValidationError from deep inside.
 """
 

@@ -1,8 +1,10 @@
 """Value types: an element type (dtype) and a shape whose dims are ints, symbols or unknown.
 
 A dtype is named by its numpy name ("float32", "int64", "bool", ...); "string" holds Python strings in
-object arrays. A dim is an ``int``, a ``str`` symbol ("N") or ``None`` (unknown); a shape of ``None`` means
-the rank itself is unknown.
+object arrays. The machine-learning element types of ONNX (bfloat16, the float8 kinds, float4, float6,
+int4/uint4, int2/uint2) are held in numpy with ``ml_dtypes`` under its names ("float8_e4m3fn", "int4", ...):
+generated kernels do not compute in them (``ML_DTYPES``), the reference executor does. A dim is an ``int``,
+a ``str`` symbol ("N") or ``None`` (unknown); a shape of ``None`` means the rank itself is unknown.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import ml_dtypes  # noqa: F401 - registers bfloat16, float8_*, int4, ... as numpy dtypes (np.dtype("int4"))
 import numpy as np
 
 from ..errors import ValidationError
@@ -22,10 +25,19 @@ DTYPES: tuple[str, ...] = (
     "int8", "int16", "int32", "int64",
     "uint8", "uint16", "uint32", "uint64",
     "bool", "string",
+    "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+    "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "int4", "uint4", "int2", "uint2",
 )
+#: numpy's own floats and ints: what rewrite rules and generated kernels reason about
 FLOAT_DTYPES = frozenset({"float16", "float32", "float64"})
 INT_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
+#: the ml_dtypes element types: storage and conversion types of quantized and low-precision models. Ops that
+#: accept them say so; arithmetic on them runs in the reference executor only (no kernel computes in them).
+ML_FLOAT_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                             "float8_e8m0fnu", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"})
+ML_INT_DTYPES = frozenset({"int4", "uint4", "int2", "uint2"})
+ML_DTYPES = ML_FLOAT_DTYPES | ML_INT_DTYPES
 
 
 def dtype_name(dtype: object) -> str:
@@ -133,6 +145,9 @@ def format_shape(shape: Shape | None) -> str:
 ONNX_TYPE_CODES: dict[str, int] = {
     "float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7, "string": 8,
     "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13,
+    "bfloat16": 16, "float8_e4m3fn": 17, "float8_e4m3fnuz": 18, "float8_e5m2": 19, "float8_e5m2fnuz": 20,
+    "uint4": 21, "int4": 22, "float4_e2m1fn": 23, "float8_e8m0fnu": 24, "uint2": 25, "int2": 26,
+    "float6_e2m3fn": 27, "float6_e3m2fn": 28,
 }
 DTYPE_OF_ONNX_CODE: dict[int, str] = {code: name for name, code in ONNX_TYPE_CODES.items()}
 

@@ -277,8 +277,10 @@ def _elementwise_body(plan: KernelPlan, variant: Variant, parallel: bool) -> lis
     return stmts
 
 
-#: scalar primitives whose code is long (polynomials, range reduction): two in a chain are split into stages
-TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "erf", "sin", "cos"})
+#: scalar primitives whose code is long (polynomials, range reduction) or a libm call: two in a chain are split
+#: into stages
+TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "erf", "sin", "cos", "tan", "atan", "asin", "acos", "sinh", "cosh",
+                            "asinh", "acosh", "atanh"})
 
 
 def _transcendental(e) -> bool:

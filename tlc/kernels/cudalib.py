@@ -1,5 +1,6 @@
-"""Device functions that generated CUDA kernels call: float math (``exp_f32`` ...), NaN-propagating max/min, C
-integer division and remainder, integer power, and a sigmoid that keeps its subnormal results.
+"""Device functions that generated CUDA kernels call: float math (``exp_f32``, ``atanh_f64`` ...), NaN-propagating
+max/min, C integer division and remainder, integer power, and a sigmoid that keeps its subnormal results.
+(Bitwise operations are operators in the kernel itself.)
 
 On a device the float math is libdevice's (``expf``, ``tanhf`` ...: CUDA's own accurate implementations).
 Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) runs kernels as Python and has no working libdevice, so there
@@ -18,8 +19,10 @@ from . import mathlib as ml
 
 _device = cuda.jit(device=True)
 SIMULATED = bool(config.ENABLE_CUDASIM)
-FLOAT_FUNCTIONS = ("exp", "log", "tanh", "erf", "sqrt", "sin", "cos", "floor", "ceil", "rint", "fmod", "pow")
-_NUMPY = {"erf": np.vectorize(math.erf), "pow": np.power}
+FLOAT_FUNCTIONS = ("exp", "log", "tanh", "erf", "sqrt", "sin", "cos", "floor", "ceil", "rint", "fmod", "pow",
+                   "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh")
+_NUMPY = {"erf": np.vectorize(math.erf), "pow": np.power, "atan": np.arctan, "asin": np.arcsin, "acos": np.arccos,
+          "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh}
 
 maximum = _device(ml.maximum.py_func)
 minimum = _device(ml.minimum.py_func)

@@ -319,7 +319,8 @@ class Launcher:
 
 
 #: scalar primitives that cost many simple ones (polynomials, divisions): they make an element expensive
-COSTLY_PRIMITIVES = frozenset({"exp", "log", "tanh", "erf", "pow", "sin", "cos", "sqrt", "div"})
+COSTLY_PRIMITIVES = frozenset({"exp", "log", "tanh", "erf", "pow", "sin", "cos", "sqrt", "div", "tan", "atan", "asin",
+                               "acos", "sinh", "cosh", "asinh", "acosh", "atanh"})
 
 
 def parallel_threshold(plan: KernelPlan) -> int:

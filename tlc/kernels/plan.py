@@ -20,7 +20,9 @@ from ..ops import expr as E
 from ..ops import lookup
 from ..ops.infer import broadcast_shapes
 
-#: dtypes generated kernels compute in (float16 and strings go to the reference path)
+#: dtypes generated kernels compute in. Everything else goes to the reference path by design: float16, strings and
+#: the ml_dtypes types (``tlc.ir.types.ML_DTYPES``: bfloat16, float8, int4, ...), which Numba cannot compute in; a
+#: step or group touching one is a reference step whose reason names the dtype, never a failed compile.
 SUPPORTED_DTYPES = frozenset(
     {"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool"}
 )

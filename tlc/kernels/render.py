@@ -16,13 +16,19 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import CompileError
 from ..ir.types import FLOAT_DTYPES
 from ..ops import expr as E
 from . import emit as M
 from .plan import ScalarOp
 
-FLOAT_ONLY = frozenset({"sqrt", "exp", "log", "tanh", "erf", "sin", "cos"})
+#: libm functions with no vectorizable version in mathlib (yet): numpy's, which Numba compiles to libm calls
+_LIBM = {"tan": "np.tan", "atan": "np.arctan", "asin": "np.arcsin", "acos": "np.arccos", "sinh": "np.sinh",
+         "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh"}
+FLOAT_ONLY = frozenset({"sqrt", "exp", "log", "tanh", "erf", "sin", "cos"}) | frozenset(_LIBM)
+INTEGER_ONLY = E.BITWISE
 SUFFIX = {"float32": "f32", "float64": "f64"}
 
 
@@ -31,8 +37,9 @@ class Library:
     """What a target's kernels call: ``function(name, dtype)`` is the dotted name of a function taking the
     operands (None: draw the operator instead), ``imports`` what the generated module imports for them.
 
-    Names: exp log tanh erf sigmoid sqrt sin cos floor ceil rint fmod pow (float dtypes) and maximum minimum
-    int_div int_fmod int_pow (any numeric dtype).
+    Names: exp log tanh erf sigmoid sqrt sin cos tan atan asin acos sinh cosh asinh acosh atanh floor ceil rint
+    fmod pow (float dtypes) and maximum minimum int_div int_fmod int_pow (any numeric dtype). Bitwise operations
+    are drawn as operators on every target.
     """
 
     imports: tuple[str, ...]
@@ -46,6 +53,8 @@ def _cpu_function(name: str, dtype: str) -> str | None:
         return "ml.pow_f32" if dtype == "float32" else None
     if name in ("sqrt", "sin", "cos", "floor", "ceil", "rint", "fmod"):
         return f"np.{name}"
+    if name in _LIBM:
+        return _LIBM[name]
     return f"ml.{name}"
 
 
@@ -154,8 +163,12 @@ class ExprRenderer:
         is_float = dtype in FLOAT_DTYPES
         if fn in FLOAT_ONLY and not is_float:
             raise CompileError(f"primitive {fn!r} needs a float operand, got {dtype}")
+        if fn in INTEGER_ONLY and is_float:
+            raise CompileError(f"primitive {fn!r} needs an integer operand, got {dtype}")
         if fn == "pow":
             return self._pow(ops, dtype)
+        if fn in ("shl", "shr"):
+            return self._shift(fn, ops, dtype)
         vals = [self._convert(o, dtype) for o in ops]
         return self._typed(dtype, _RENDER[fn](vals, dtype, self.lib))
 
@@ -171,6 +184,19 @@ class ExprRenderer:
         else:
             node = M.call(self.lib.function("int_pow", dtype), base, self._convert(exponent, exponent.dtype or dtype))
         return self._typed(dtype, node)
+
+    def _shift(self, fn: str, ops: list[Typed], dtype: str) -> Typed:
+        """a << b, a >> b (arithmetic for signed types). An amount b outside [0, width) gives the sign fill: 0, or
+        a >> (width - 1) for a right shift of a signed a. The amount is clamped before the shift, so no shift is
+        ever out of range (that is poison in LLVM, on whichever side of a select it lands)."""
+        a, b = (self._convert(o, dtype) for o in ops)
+        width = np.dtype(dtype).itemsize * 8
+        zero = M.number(0, dtype)
+        inside = self._temp(M.binop(M.binop(b, ">=", zero), "&", M.binop(b, "<", M.number(width, dtype))))
+        if fn == "shr" and dtype.startswith("int"):
+            return self._typed(dtype, M.binop(a, ">>", M.select(inside, b, M.number(width - 1, dtype))))
+        shifted = M.binop(a, "<<" if fn == "shl" else ">>", M.select(inside, b, zero))
+        return self._typed(dtype, M.select(inside, shifted, zero))
 
     def _sigmoid(self, e: E.Expr, args: list[Typed | None], out_dtype: str) -> Typed | None:
         """1 / (1 + exp(-x)) -> sigmoid: exact for large -x where the quotient form overflows to 0."""
@@ -259,6 +285,11 @@ _RENDER: dict[str, Draw] = {
     "ceil": _int_or_float(_same, _fn("ceil")),
     "round": _int_or_float(_same, _fn("rint")),
     "sign": _sign,
+    **{name: _fn(name) for name in _LIBM},
+    "bitand": lambda v, d, lib: M.binop(v[0], "&", v[1]),
+    "bitor": lambda v, d, lib: M.binop(v[0], "|", v[1]),
+    "bitxor": lambda v, d, lib: M.binop(v[0], "^", v[1]),
+    "bitnot": lambda v, d, lib: ast.UnaryOp(ast.Invert(), v[0]),
 }
 
 
@@ -281,4 +312,4 @@ _SMALL_POWERS: dict[float, Callable[[ast.expr, str], ast.expr]] = {
 }
 
 #: every primitive of tlc.ops.expr this renderer draws (a test checks it covers PRIMITIVES)
-RENDERED = frozenset(_RENDER) | {"pow", "cast", "where", "isnan", "not"} | E.COMPARISONS | E.LOGICAL
+RENDERED = frozenset(_RENDER) | {"pow", "shl", "shr", "cast", "where", "isnan", "not"} | E.COMPARISONS | E.LOGICAL

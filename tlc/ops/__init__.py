@@ -1,19 +1,27 @@
 """The op registry and every operator tlc knows. Importing this package registers them all."""
 
 from . import (  # noqa: F401  (registration side effects)
+    attention,
+    cast,
     conv,
     elementwise,
     fused,
     index,
     layout,
     layout_ops,
+    loss,
     nn,
     norm,
     pool,
+    quant,
+    recurrent,
     reduce,
     resize,
+    signal,
     sort,
     tensor,
+    transformer,
+    vision,
 )
 from .expr import Expr
 from .registry import (

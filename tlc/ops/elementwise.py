@@ -1,4 +1,4 @@
-"""Elementwise operators: unary math, activations, broadcasting binary and variadic ops, comparisons, Cast.
+"""Elementwise operators: unary math, activations, broadcasting binary and variadic ops, comparisons, bitwise ops.
 
 Each op gives a numpy reference (dtype-preserving) and a scalar expression (``tlc.ops.expr``) that the code
 generator composes; tests check the two agree.
@@ -10,10 +10,11 @@ import math
 
 import numpy as np
 
-from ..ir.types import TensorType, dtype_of_onnx_code, np_dtype
+from ..errors import InvalidModelError
+from ..ir.types import FLOAT_DTYPES, INT_DTYPES
 from . import expr as E
 from .infer import elementwise
-from .registry import REQUIRED, Attr, OpDef, Trait, register
+from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, register
 
 EW = frozenset({Trait.ELEMENTWISE, Trait.BROADCAST, Trait.PURE, Trait.FOLDABLE})
 EW_COMMUTATIVE = EW | {Trait.COMMUTATIVE}
@@ -220,31 +221,126 @@ register(OpDef(name="Where", infer=_where_infer, inputs=(3, 3), traits=EW, expr=
                reference=lambda c, a, b: np.where(c, a, b).astype(a.dtype, copy=False)))
 
 
-# ---------------------------------------------------------------------------- casts
-def _cast_infer(ctx):
-    return [TensorType(dtype_of_onnx_code(ctx.attrs["to"]), ctx.shape(0))]
+# ---------------------------------------------------------------------------- more float math and activations
+#: the float types of these ops' ONNX type constraints (bfloat16 runs in the reference executor only)
+_FLOATS = FLOAT_DTYPES | {"bfloat16"}
 
 
-def _cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "string":
-        return np.vectorize(lambda v: str(v), otypes=[object])(x) if x.size else x.astype(object)
-    if x.dtype == object:
-        return np.array([float(v) for v in x.ravel()], dtype=np.float64).astype(dtype).reshape(x.shape)
-    with np.errstate(all="ignore"):
-        return x.astype(np_dtype(dtype))
+def _only(dtypes: frozenset[str], what: str):
+    """Elementwise inference that refuses inputs outside ``dtypes`` (and inputs of different dtypes)."""
+    base = elementwise()
+
+    def infer(ctx: InferContext):
+        types = [t for t in ctx.input_types if t is not None]
+        for i, t in enumerate(ctx.input_types):
+            if t is not None and t.dtype not in dtypes:
+                ctx.fail(f"{ctx.node.op} takes {what} tensors, input {i} is {t.dtype}")
+        if len({t.dtype for t in types}) > 1:
+            ctx.fail(f"{ctx.node.op} takes inputs of one dtype, got {', '.join(t.dtype for t in types)}")
+        return base(ctx)
+
+    return infer
 
 
-register(OpDef(name="Cast", infer=_cast_infer, traits=EW,
-               attrs={"to": Attr("int", REQUIRED), "saturate": Attr("int", 1)},
-               reference=lambda x, *, to, saturate: _cast_to(x, dtype_of_onnx_code(to)),
-               expr=lambda x, *, to, saturate: E.cast(x, dtype_of_onnx_code(to))))
+def _in_float64(fn):
+    """A float reference computed in float64 and rounded once to the input's dtype."""
+
+    def ref(x, **attrs):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x.astype(np.float64), **attrs)).astype(x.dtype)
+
+    return ref
 
 
-def _castlike_infer(ctx):
-    return [TensorType(ctx.type(1).dtype, ctx.shape(0))]
+def _float_unary(name: str, ref, expr, attrs: dict[str, Attr] | None = None, cost: float = 10.0):
+    register(OpDef(name=name, infer=_only(_FLOATS, "float"), reference=_typed(ref), expr=expr, attrs=attrs or {},
+                   traits=EW, cost=cost))
 
 
-register(OpDef(name="CastLike", infer=_castlike_infer, inputs=(2, 2), attrs={"saturate": Attr("int", 1)},
-               traits=frozenset({Trait.PURE, Trait.FOLDABLE}),
-               reference=lambda x, like, *, saturate: _cast_to(x, np.dtype(like.dtype).name
-                                                               if like.dtype != object else "string")))
+_float_unary("Tan", np.tan, E.tan)
+_float_unary("Atan", np.arctan, E.atan)
+_float_unary("Asin", np.arcsin, E.asin)
+_float_unary("Acos", np.arccos, E.acos)
+_float_unary("Sinh", np.sinh, E.sinh)
+_float_unary("Cosh", np.cosh, E.cosh)
+_float_unary("Asinh", np.arcsinh, E.asinh)
+_float_unary("Acosh", np.arccosh, E.acosh)
+_float_unary("Atanh", np.arctanh, E.atanh)
+
+
+#: tanh(softplus(x)) rounds to 1 in float32 and float64 from here on (1 - tanh(softplus(x)) ~ 2 e**(-2x))
+_MISH_FLAT = 20.0
+
+
+def _mish_expr(x: E.Expr) -> E.Expr:
+    """x tanh(log(1 + e**x)) through the identity tanh(log(1 + n)) = n (n + 2) / (n (n + 2) + 2), n = e**x: one
+    exp and one division, and no cancellation for x << 0 (where 1 + e**x rounds to 1 and the log form gives 0).
+    n is taken at min(x, 20), past which the factor is 1 in float32 and float64 (and n would overflow)."""
+    n = E.exp(E.minimum(x, _MISH_FLAT))
+    p = n * (n + 2.0)
+    return x * (p / (p + 2.0))
+
+
+_float_unary("Mish", _in_float64(lambda x: x * np.tanh(np.logaddexp(x, 0.0))), _mish_expr, cost=16)
+_float_unary("Swish", lambda x, *, alpha: x * _sigmoid(np.asarray(alpha, x.dtype) * x),
+             lambda x, *, alpha: x * E.sigmoid(alpha * x), {"alpha": Attr("float", 1.0)}, cost=12)
+
+
+def _shrink(x: np.ndarray, *, bias: float, lambd: float) -> np.ndarray:
+    # NOTE: computed in float64 (onnxruntime computes in float): an integer x shrinks by a fractional bias exactly
+    v = x.astype(np.float64)
+    return np.where(v < -lambd, v + bias, np.where(v > lambd, v - bias, 0.0))
+
+
+def _shrink_expr(x: E.Expr, *, bias: float, lambd: float) -> E.Expr:
+    v = E.cast(x, "float64")  # the output conversion rounds once (float32) or truncates (integers)
+    return E.where(E.lt(v, -lambd), v + bias, E.where(E.gt(v, lambd), v - bias, 0.0))
+
+
+register(OpDef(name="Shrink", infer=_only(FLOAT_DTYPES | INT_DTYPES | {"bfloat16"}, "numeric"),
+               reference=_typed(_shrink), expr=_shrink_expr, traits=EW, cost=2,
+               attrs={"bias": Attr("float", 0.0), "lambd": Attr("float", 0.5)}))
+
+
+# ---------------------------------------------------------------------------- bitwise ops (integers only)
+def _bitwise(name: str, ref, expr, traits=EW_COMMUTATIVE, inputs: tuple[int, int] = (2, 2),
+             attrs: dict[str, Attr] | None = None, infer=None):
+    register(OpDef(name=name, infer=infer or _only(INT_DTYPES, "integer"), reference=ref, expr=expr, inputs=inputs,
+                   traits=traits, attrs=attrs or {}))
+
+
+_bitwise("BitwiseAnd", np.bitwise_and, E.bitwise_and)
+_bitwise("BitwiseOr", np.bitwise_or, E.bitwise_or)
+_bitwise("BitwiseXor", np.bitwise_xor, E.bitwise_xor)
+_bitwise("BitwiseNot", np.invert, E.bitwise_not, EW, inputs=(1, 1))
+
+_DIRECTIONS = ("LEFT", "RIGHT")
+
+
+def _bitshift_infer(ctx: InferContext):
+    if ctx.attrs["direction"] not in _DIRECTIONS:
+        ctx.fail(f"BitShift direction must be LEFT or RIGHT, got {ctx.attrs['direction']!r}")
+    return _only(INT_DTYPES, "integer")(ctx)
+
+
+def _bitshift(x: np.ndarray, y: np.ndarray, *, direction: str) -> np.ndarray:
+    """Shift by y bits; an amount outside [0, bits) leaves only the sign fill (ONNX BitShift, opset 28)."""
+    if direction not in _DIRECTIONS:
+        raise InvalidModelError(f"BitShift direction must be LEFT or RIGHT, got {direction!r}")
+    x, y = np.broadcast_arrays(x, y)
+    bits = x.dtype.itemsize * 8
+    out = np.zeros(x.shape, x.dtype)
+    if direction == "RIGHT" and x.dtype.kind == "i":
+        out[x < 0] = -1
+    ok = (y >= 0) & (y < bits)
+    shift = np.left_shift if direction == "LEFT" else np.right_shift
+    out[ok] = shift(x[ok], y[ok].astype(x.dtype))
+    return out
+
+
+def _bitshift_expr(x: E.Expr, y: E.Expr, *, direction: str) -> E.Expr:
+    return E.shift_left(x, y) if direction == "LEFT" else E.shift_right(x, y)
+
+
+_bitwise("BitShift", _bitshift, _bitshift_expr, EW, attrs={"direction": Attr("string", REQUIRED)},
+         infer=_bitshift_infer)

@@ -5,8 +5,10 @@ An elementwise ``OpDef`` gives ``expr(*args, **attrs) -> Expr``; ``args`` are ``
 the code generator renders them per target (CPU, CUDA) and ``evaluate`` runs them with numpy, which the
 registry tests use to check each expression against the op's reference implementation.
 
-Arithmetic happens in the output dtype; comparisons give bool. Constants are Python numbers only, so nothing
-but validated numbers can reach generated source.
+A primitive computes in the dtype of its first non-constant operand (the output dtype when all are constants;
+for most ops simply the output dtype), other operands and constants converted to it; comparisons give bool.
+Renderers and ``evaluate`` follow this one rule. Constants are Python numbers only, so nothing but validated
+numbers can reach generated source.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ PRIMITIVES: dict[str, int] = {
     "add": 2, "sub": 2, "mul": 2, "div": 2, "pow": 2, "max": 2, "min": 2, "mod": 2, "fmod": 2,
     "neg": 1, "abs": 1, "sqrt": 1, "exp": 1, "log": 1, "tanh": 1, "erf": 1, "floor": 1, "ceil": 1,
     "sin": 1, "cos": 1, "round": 1, "sign": 1, "isnan": 1,
+    "tan": 1, "atan": 1, "asin": 1, "acos": 1, "sinh": 1, "cosh": 1, "asinh": 1, "acosh": 1, "atanh": 1,
+    "bitand": 2, "bitor": 2, "bitxor": 2, "bitnot": 1, "shl": 2, "shr": 2,
     "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
     "and": 2, "or": 2, "xor": 2, "not": 1,
     "where": 3, "cast": 1,
@@ -28,6 +32,9 @@ PRIMITIVES: dict[str, int] = {
 
 COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "isnan"})
 LOGICAL = frozenset({"and", "or", "xor", "not"})
+#: on integers only (two's complement bits). A shift by a negative amount or by the width or more gives the sign
+#: fill (ONNX BitShift): 0, or -1 for a right shift of a negative signed value.
+BITWISE = frozenset({"bitand", "bitor", "bitxor", "bitnot", "shl", "shr"})
 
 
 class Expr:
@@ -129,6 +136,10 @@ maximum, minimum, power, mod, fmod = _fn("max"), _fn("min"), _fn("pow"), _fn("mo
 lt, le, gt, ge, eq, ne = (_fn(n) for n in ("lt", "le", "gt", "ge", "eq", "ne"))
 logical_and, logical_or, logical_xor, logical_not = _fn("and"), _fn("or"), _fn("xor"), _fn("not")
 where = _fn("where")
+tan, atan, asin, acos, sinh, cosh, asinh, acosh, atanh = (
+    _fn(n) for n in ("tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh"))
+bitwise_and, bitwise_or, bitwise_xor, bitwise_not = _fn("bitand"), _fn("bitor"), _fn("bitxor"), _fn("bitnot")
+shift_left, shift_right = _fn("shl"), _fn("shr")
 
 
 def cast(x: Any, dtype: str) -> Expr:
@@ -144,39 +155,79 @@ def _np_erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[x.dtype])(x) if x.size else x.copy()
 
 
+def _np_shift(x: np.ndarray, amount: np.ndarray, left: bool) -> np.ndarray:
+    """x << amount or x >> amount (arithmetic on signed types), with BITWISE's rule for amounts out of range."""
+    width = x.dtype.itemsize * 8
+    inside = (amount >= 0) & (amount < width)
+    safe = np.where(inside, amount, 0).astype(x.dtype)
+    shifted = np.left_shift(x, safe) if left else np.right_shift(x, safe)
+    fill = np.right_shift(x, width - 1) if not left and x.dtype.kind == "i" else np.zeros_like(x)
+    return np.where(inside, shifted, fill).astype(x.dtype)
+
+
 _NUMPY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "pow": np.power,
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
     "max": np.maximum, "min": np.minimum, "fmod": np.fmod, "mod": np.mod,
     "neg": np.negative, "abs": np.abs, "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "tanh": np.tanh,
     "erf": _np_erf, "floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos, "round": np.round,
     "sign": np.sign, "isnan": np.isnan,
+    "tan": np.tan, "atan": np.arctan, "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "bitand": np.bitwise_and, "bitor": np.bitwise_or, "bitxor": np.bitwise_xor, "bitnot": np.invert,
+    "shl": lambda x, s: _np_shift(x, s, left=True), "shr": lambda x, s: _np_shift(x, s, left=False),
     "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
     "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor,
     "not": np.logical_not, "where": np.where,
 }
 
 
-def evaluate(expr: Expr, inputs: list[np.ndarray | None], dtype: str) -> np.ndarray:
-    """Evaluate ``expr`` with numpy on broadcast ``inputs``; arithmetic in ``dtype``."""
-    np_type = np.dtype(dtype)
+def _typed_dtype(values: list[np.ndarray | None], default: str) -> str:
+    """The dtype a primitive computes in: its first typed operand's (None marks a constant), else ``default``."""
+    for v in values:
+        if v is not None:
+            return v.dtype.name
+    return default if default != "bool" else "float64"
 
-    def ev(e: Expr) -> np.ndarray:
+
+def evaluate(expr: Expr, inputs: list[np.ndarray | None], dtype: str) -> np.ndarray:
+    """Evaluate ``expr`` with numpy on broadcast ``inputs``, typed as the renderers type it (``tlc.kernels.render``):
+    a primitive computes in the dtype of its first non-constant operand (``dtype`` when all are constants),
+    converting the other operands to it; comparisons compare there and give bool; logical ops take bools."""
+
+    def ev(e: Expr) -> np.ndarray | None:
+        """The value of ``e``; None for a constant (typed by the primitive that uses it)."""
         if e.fn == "arg":
             return np.asarray(inputs[e.value])
         if e.fn == "const":
-            return np.asarray(e.value, dtype=np_type if not isinstance(e.value, bool) else bool)
-        args = [ev(a) for a in e.args]
+            return None
+        vals = [ev(a) for a in e.args]
         if e.fn == "cast":
-            return args[0].astype(e.value)
-        if e.fn == "div":
+            return None if vals[0] is None else vals[0].astype(e.value)
+        if e.fn in LOGICAL:
+            args = [as_type(a, v, "bool") for a, v in zip(e.args, vals)]
+        elif e.fn == "where":
+            at = _typed_dtype(vals[1:], dtype)
+            args = [as_type(e.args[0], vals[0], "bool")] + [as_type(a, v, at) for a, v in zip(e.args[1:], vals[1:])]
+        else:
+            at = _typed_dtype(vals, "float64" if e.fn in COMPARISONS else dtype)
+            args = [as_type(a, v, at) for a, v in zip(e.args, vals)]
+        if e.fn == "div" and np.issubdtype(args[0].dtype, np.integer):
             a, b = args
-            if np.issubdtype(np.result_type(a, b), np.integer):
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    return np.trunc(np.true_divide(a, b)).astype(np.result_type(a, b))
-            return np.divide(a, b)
-        with np.errstate(all="ignore"):
-            return np.asarray(_NUMPY[e.fn](*args))
+            return np.trunc(np.true_divide(a, b)).astype(a.dtype)
+        return np.asarray(_NUMPY[e.fn](*args))
+
+    def as_type(e: Expr, value: np.ndarray | None, at: str) -> np.ndarray:
+        if value is None:
+            return np.asarray(_const_value(e), dtype=at)
+        return value if value.dtype.name == at else value.astype(at)
 
     with np.errstate(all="ignore"):
         out = ev(expr)
-    return out
+        return np.asarray(_const_value(expr), dtype=dtype) if out is None else out
+
+
+def _const_value(e: Expr) -> float | int | bool:
+    """The number a constant subtree stands for (casts of constants stay untyped, as the renderers keep them)."""
+    while e.fn == "cast":
+        e = e.args[0]
+    return e.value

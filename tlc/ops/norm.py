@@ -1,5 +1,5 @@
-"""Normalisations: BatchNormalization (inference), LayerNormalization, InstanceNormalization, GroupNormalization,
-LRN, LpNormalization and MeanVarianceNormalization.
+"""Normalisations: BatchNormalization (inference), LayerNormalization, RMSNormalization, InstanceNormalization,
+GroupNormalization, LRN, LpNormalization and MeanVarianceNormalization.
 
 Statistics are two-pass (mean, then the mean of squared deviations) in the op's stash type (float32 unless
 stash_type says otherwise) or, for ops without one, in the input type with float16 raised to float32, which is
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UnsupportedOperatorError
 from ..ir.graph import Node
 from ..ir.types import DTYPE_OF_ONNX_CODE, FLOAT_DTYPES, TensorType
 from . import expr as E
@@ -51,27 +50,34 @@ def _check_channel_params(ctx: InferContext, first: int, channels, what: str = "
 
 
 # ---------------------------------------------------------------------------- BatchNormalization
-def _training_mode_error(where: str) -> UnsupportedOperatorError:
-    return UnsupportedOperatorError(f"{where}: training_mode=1 is not supported; tlc runs BatchNormalization in "
-                                    f"inference mode only (export the model in eval mode)", {})
-
-
 def _batch_norm_infer(ctx: InferContext) -> list[TensorType]:
-    if ctx.attrs["training_mode"]:
-        raise _training_mode_error(f"node {ctx.node.name!r} (BatchNormalization)")
-    if ctx.node.num_outputs > 1:
+    training = bool(ctx.attrs["training_mode"])
+    if ctx.node.num_outputs > 1 and not training:
         ctx.fail(f"{ctx.node.num_outputs} outputs; running_mean and running_var exist only in training mode")
+    if ctx.node.num_outputs > 3:
+        ctx.fail(f"{ctx.node.num_outputs} outputs; BatchNormalization has at most 3 (Y, running_mean, running_var)")
     x = _float_input(ctx)
     if x.rank is not None and x.rank < 2:
         ctx.fail(f"X {x} must have rank >= 2 (N, C, ...)")
-    _check_channel_params(ctx, 1, None if x.shape is None else x.shape[1])
-    return [x]
+    channels = None if x.shape is None else x.shape[1]
+    _check_channel_params(ctx, 1, channels)
+    running = TensorType(ctx.type(3).dtype, (channels,))
+    return [x, running, running][: max(1, ctx.node.num_outputs)]
 
 
-def batch_norm(x, scale, bias, mean, var, *, epsilon: float, momentum: float, training_mode: int) -> np.ndarray:
-    """Inference-mode BatchNormalization: x * a + b with a = scale / sqrt(var + eps), b = bias - mean * a."""
+def batch_norm(x, scale, bias, mean, var, *, epsilon: float, momentum: float,
+               training_mode: int) -> np.ndarray | list[np.ndarray]:
+    """Inference mode: x * a + b with a = scale / sqrt(var + eps), b = bias - mean * a. Training mode: the same
+    with the batch's own mean and (population) variance over every axis but the channels, and the running
+    statistics ``mean * momentum + batch mean * (1 - momentum)`` (and so for var) as outputs 2 and 3."""
     if training_mode:
-        raise _training_mode_error("BatchNormalization")
+        axes = (0,) + tuple(range(2, x.ndim))
+        wide = x.astype(np.float64)
+        batch_mean, batch_var = wide.mean(axis=axes), wide.var(axis=axes)
+        y = batch_norm(x, scale, bias, batch_mean, batch_var, epsilon=epsilon, momentum=momentum, training_mode=0)
+        running_mean = mean.astype(np.float64) * momentum + batch_mean * (1 - momentum)
+        running_var = var.astype(np.float64) * momentum + batch_var * (1 - momentum)
+        return [y, running_mean.astype(mean.dtype), running_var.astype(var.dtype)]
     a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + epsilon)
     b = bias.astype(np.float64) - mean.astype(np.float64) * a
     shape = _channel_shape(x)
@@ -82,7 +88,8 @@ register(OpDef(name="BatchNormalization", infer=_batch_norm_infer, reference=bat
                outputs=lambda attrs, n: 3 if attrs.get("training_mode") else 1,
                attrs={"epsilon": Attr("float", 1e-5), "momentum": Attr("float", 0.9), "training_mode": Attr("int", 0)},
                traits=frozenset({Trait.PURE, Trait.FOLDABLE, Trait.LAYOUT_SENSITIVE}), cost=2,
-               doc="Inference-mode batch normalisation over the channel axis (NCHW); training mode is refused."))
+               doc="Batch normalisation over the channel axis (NCHW): with the given statistics (inference), or "
+                   "with the batch's, returning the updated running statistics (training_mode=1)."))
 
 
 # ---------------------------------------------------------------------------- LayerNormalization
@@ -152,6 +159,57 @@ register(OpDef(name="LayerNormalization", infer=_layer_norm_infer, reference=lay
                traits=NORM_TRAITS | {Trait.ROW_REDUCIBLE}, cost=8,
                row_form=_layer_norm_row,
                doc="Normalise over the dims from `axis` on; also gives Mean, InvStdDev."))
+
+
+# ---------------------------------------------------------------------------- RMSNormalization
+def _rms_norm_infer(ctx: InferContext) -> list[TensorType]:
+    x = _float_input(ctx)
+    scale = ctx.type(1)
+    if scale.dtype not in FLOAT_DTYPES:
+        ctx.fail(f"scale has dtype {scale.dtype}; RMSNormalization takes float types")
+    try:
+        _stash_dtype(ctx.attrs["stash_type"])
+    except ValueError as exc:
+        ctx.fail(str(exc))
+    if x.shape is None:
+        return [TensorType(scale.dtype, None)]
+    normalize_axis(ctx.attrs["axis"], x.rank, ctx)
+    if scale.shape is not None:
+        try:
+            ok = len(scale.shape) <= x.rank and broadcast_shapes(x.shape, scale.shape) == x.shape
+        except Exception:
+            ok = False
+        if not ok:
+            ctx.fail(f"scale {scale} does not broadcast to X {x} (scale must broadcast one way, to X)")
+    return [TensorType(scale.dtype, x.shape)]
+
+
+def rms_norm(x, scale, *, axis: int, epsilon: float, stash_type: int) -> np.ndarray:
+    """X / sqrt(mean(X^2) + epsilon) over the dims from ``axis`` on, in the stash type; back in X's type, then
+    times scale (the result in scale's type, the ONNX function's order of casts)."""
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    xs = x.astype(_stash_dtype(stash_type), copy=False)
+    rms = np.sqrt((xs * xs).mean(axis=axes, keepdims=True) + np.asarray(epsilon, xs.dtype))
+    return ((xs / rms).astype(x.dtype) * scale).astype(scale.dtype, copy=False)
+
+
+def _rms_norm_row(b: RowBuilder, node: Node, attrs: dict) -> list[str]:
+    """Y = x / sqrt(sum(x * x) / length + epsilon) * scale, one pass over the row."""
+    X, Y = E.arg(0), E.arg(1)
+    x, dtype, rank = row_input(b, node, True)
+    check_last_axis(b, node, [attrs["axis"]], rank)
+    scale_value = b.body.inputs_of(node)[1]
+    if b.type_of(scale_value).dtype != dtype:
+        b.fail(node, f"scale has dtype {b.type_of(scale_value).dtype}, X {dtype}; a row kernel needs one dtype")
+    mean_square = b.add_op(X / Y, [b.add_reduce(b.add_op(X * X, [x], dtype), "sum"), b.row_length(dtype)], dtype)
+    inv_rms = b.add_op(1.0 / E.sqrt(X + float(attrs["epsilon"])), [mean_square], dtype)
+    return [b.add_op(X * Y * E.arg(2), [x, inv_rms, b.var_of[scale_value]], dtype)]
+
+
+register(OpDef(name="RMSNormalization", infer=_rms_norm_infer, reference=rms_norm, inputs=(2, 2),
+               attrs={"axis": Attr("int", -1), "epsilon": Attr("float", 1e-5), "stash_type": Attr("int", 1)},
+               traits=NORM_TRAITS | {Trait.ROW_REDUCIBLE}, cost=6, row_form=_rms_norm_row,
+               doc="Root-mean-square normalisation over the dims from `axis` on, then a scale (opset 23)."))
 
 
 # ---------------------------------------------------------------------------- Instance / Group normalisation

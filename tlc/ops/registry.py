@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ShapeInferenceError, UnsupportedOperatorError, ValidationError
 from ..ir.graph import Graph, Node, set_op_resolver
-from ..ir.types import TensorType
+from ..ir.types import ML_DTYPES, ML_FLOAT_DTYPES, TensorType, dtype_name, np_dtype
 
 if TYPE_CHECKING:
     from .rowform import RowForm
@@ -125,6 +125,9 @@ class OpDef:
     #: when the bias broadcasts against the output as it is (numpy-style). The code generator may move the bias
     #: into the elementwise epilogue (``tlc.kernels.epilogue``).
     bias: tuple[int, int | None] | None = None
+    #: the reference takes the ml_dtypes element types (bfloat16, float8, int4, ...) as they are; otherwise
+    #: ``run_reference`` widens them (``widened``) and rounds the outputs to their types once
+    ml_dtypes: bool = False
 
     @property
     def qualified_name(self) -> str:
@@ -159,14 +162,45 @@ class OpDef:
         return out
 
     def run_reference(self, inputs: Sequence[np.ndarray | None], attrs: dict[str, Any],
-                      **context: Any) -> list[np.ndarray]:
-        """Run the numpy reference implementation; always returns a list of arrays."""
+                      out_dtypes: Sequence[str | None] | None = None, **context: Any) -> list[np.ndarray]:
+        """Run the numpy reference implementation; always returns a list of arrays. Inputs of an ml_dtypes
+        element type are widened for a reference that does not take them (``ml_dtypes``); its outputs are then
+        rounded to ``out_dtypes`` (their inferred types) where those are ml_dtypes types, else to the widest
+        input's type."""
         full = {k: (None if a.required else a.default) for k, a in self.attrs.items()}
         full.update(attrs)
+        narrow = None
+        if not self.ml_dtypes:
+            narrow = next((x.dtype for x in inputs if x is not None and dtype_name(x.dtype) in ML_DTYPES), None)
+            if narrow is not None:
+                inputs = [widened(x) for x in inputs]
         result = self.reference(*inputs, **full, **context)
-        if isinstance(result, (list, tuple)):
-            return [np.asarray(r) for r in result]
-        return [np.asarray(result)]
+        arrays = [np.asarray(r) for r in result] if isinstance(result, (list, tuple)) else [np.asarray(result)]
+        if narrow is not None:
+            arrays = [_narrowed(a, narrow, out_dtypes[i] if out_dtypes and i < len(out_dtypes) else None)
+                      for i, a in enumerate(arrays)]
+        return arrays
+
+
+def widened(x: np.ndarray | None) -> np.ndarray | None:
+    """``x`` in a numpy type that holds its values exactly: ml_dtypes floats as float32, 4- and 2-bit ints as
+    int8 / uint8 (other arrays as they are)."""
+    if x is None:
+        return None
+    name = dtype_name(x.dtype)
+    if name not in ML_DTYPES:
+        return x
+    if name in ML_FLOAT_DTYPES:
+        return x.astype(np.float32)
+    return x.astype(np.uint8 if name.startswith("u") else np.int8)
+
+
+def _narrowed(a: np.ndarray, narrow: np.dtype, want: str | None) -> np.ndarray:
+    """An output of a widened run in its own type: ``want`` when that is an ml_dtypes type (also when it is not
+    known: then the narrow input's type, where the output came out in that input's widened type)."""
+    if want is not None:
+        return a.astype(np_dtype(want)) if want in ML_DTYPES else a
+    return a.astype(narrow) if a.dtype == widened(np.zeros(0, narrow)).dtype else a
 
 
 _REGISTRY: dict[tuple[str, str], OpDef] = {}

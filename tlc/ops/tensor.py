@@ -51,11 +51,17 @@ def _dropout_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _dropout(x, ratio=None, training_mode=None, *, seed):
+    """Inference mode (or a ratio of 0): the identity and an all-true mask. Training mode: each element kept with
+    probability 1 - ratio and scaled by 1 / (1 - ratio); the draw is numpy's legacy uniform generator, seeded
+    by ``seed`` when given (the same mask every run, as onnx's reference draws it), else fresh each run."""
     training = training_mode is not None and bool(np.asarray(training_mode))
-    if training and (ratio is None or float(np.asarray(ratio)) != 0.0):
-        raise NotImplementedError("Dropout in training mode with a non-zero ratio is random; tlc runs inference "
-                                  "only (ratio 0 is the identity and is supported)")
-    return [x, np.ones(x.shape, dtype=bool)]
+    rate = 0.5 if ratio is None else float(np.asarray(ratio))
+    if not training or rate == 0.0:
+        return [x, np.ones(x.shape, dtype=bool)]
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"Dropout ratio {rate} is outside [0, 1)")
+    keep = np.random.RandomState(seed).uniform(0.0, 1.0, x.shape) >= rate
+    return [(x * keep / np.asarray(1.0 - rate, x.dtype)).astype(x.dtype, copy=False), keep]
 
 
 def _dropout_outputs(attrs, num_inputs):
@@ -64,7 +70,7 @@ def _dropout_outputs(attrs, num_inputs):
 
 register(OpDef(name="Dropout", infer=_dropout_infer, reference=_dropout, inputs=(1, 3), outputs=_dropout_outputs,
                attrs={"seed": Attr("int")}, traits=PURE,
-               cost=0, doc="Inference-mode Dropout: the identity, and an all-true mask when asked for."))
+               cost=0, doc="Dropout: the identity in inference mode; a random mask (seeded by `seed`) in training."))
 
 
 def reshape_dims(in_shape, target: list[int], allowzero: int) -> list[Dim]:

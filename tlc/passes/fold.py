@@ -80,7 +80,8 @@ class FoldPass(Pass):
             key = _share_key(node, opdef, inputs)
             arrays = shared.get(key) if key is not None else None
             if arrays is None:
-                arrays = opdef.run_reference(inputs, node.attrs)[: node.num_outputs]
+                arrays = opdef.run_reference(inputs, node.attrs, [None if t is None else t.dtype
+                                                                  for t in node.output_types])[: node.num_outputs]
                 if not policy.allows(node, max((a.size for a in arrays), default=0), largest_input):
                     result.note("skipped_too_large")
                     continue
