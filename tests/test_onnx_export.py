@@ -200,3 +200,19 @@ def test_light_model_export_matches_reference_in_onnxruntime(path):
     again, _ = from_onnx(model)
     assert again.op_counts() == g.op_counts()
     assert to_onnx(again).graph.node == model.graph.node
+
+
+def test_side_domains_get_their_opset_imports(rng):
+    """An ai.onnx.ml op: an imported model keeps the domain's version; a graph built in Python gets ONNX's newest;
+    both pass the full checker and run in onnxruntime."""
+    g = tlc.Graph("ml")
+    x = g.input("x", "float32", (5,))
+    g.output(g.add_node("Binarizer", [x], domain="ai.onnx.ml", attrs={"threshold": 0.25}), "y")
+    built = to_onnx(g)
+    onnx.checker.check_model(built, full_check=True)
+    assert {o.domain for o in built.opset_import} == {"", "ai.onnx.ml"}
+    reimported, _ = from_onnx(built)
+    assert reimported.opset["ai.onnx.ml"] == {o.domain: o.version for o in built.opset_import}["ai.onnx.ml"]
+    feeds = {"x": rng.standard_normal(5).astype(np.float32)}
+    session = ort.InferenceSession(to_onnx(reimported).SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, feeds)[0], tlc.reference.run(g, feeds)["y"])

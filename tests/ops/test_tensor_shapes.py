@@ -288,3 +288,34 @@ def test_concat_expand_gather_match_numpy(data):
         g, outs, feeds, _ = build("Gather", [x, idx], symbolic=_symbols(data.draw, shape), axis=axis)
         np.testing.assert_array_equal(tlc.reference.run(g, feeds)["y0"], np.take(x, idx, axis=axis))
         check("Gather", [x, idx], symbolic={0: tuple(range(rank)), 1: tuple(range(idx.ndim))}, axis=axis)
+
+
+# ---------------------------------------------------------------------------- shapes computed from shapes
+def test_shape_chains_keep_symbolic_dims_through_reshape_expand_and_constant_of_shape(rng):
+    """The chains exporters write for dynamic shapes (Shape -> Gather / Slice -> Unsqueeze -> Concat, integer Mul)
+    give Reshape, Expand and ConstantOfShape their dims, symbols included; the run agrees with every dim."""
+    g = tlc.Graph("chains")
+    x = g.input("x", "float32", ("B", "S", 4, 16))
+    shape = g.add_node("Shape", [x])
+
+    def dim(i):
+        return g.add_node("Unsqueeze", [g.add_node("Gather", [shape, g.constant(np.int64(i))], attrs={"axis": 0}),
+                                        g.constant(np.array([0], np.int64))])
+
+    inner = g.add_node("Mul", [dim(2), dim(3)])
+    merged = g.add_node("Reshape", [x, g.add_node("Concat", [dim(0), dim(1), inner], attrs={"axis": 0})])
+    head = g.add_node("Slice", [shape, g.constant(np.array([0], np.int64)), g.constant(np.array([2], np.int64))])
+    target = g.add_node("Concat", [head, g.constant(np.array([64], np.int64))], attrs={"axis": 0})
+    bias = g.constant(rng.standard_normal((1, 1, 64)).astype(np.float32))
+    expanded = g.add_node("Expand", [bias, target])
+    tail = g.add_node("Shape", [x], attrs={"start": -2})
+    zeros = g.add_node("ConstantOfShape", [g.add_node("Concat", [head, tail], attrs={"axis": 0})])
+    flat = g.add_node("Reshape", [x, g.add_node("Concat", [dim(0), g.constant(np.array([-1], np.int64))],
+                                                          attrs={"axis": 0})])
+    for name, v in (("merged", merged), ("expanded", expanded), ("zeros", zeros), ("flat", flat)):
+        g.output(v, name)
+    want = {"merged": ("B", "S", 64), "expanded": ("B", "S", 64), "zeros": ("B", "S", 4, 16), "flat": ("B", None)}
+    assert {name: g.type_of(v).shape for v, name in g.outputs} == want
+    out = tlc.reference.run(g, {"x": rng.standard_normal((3, 5, 4, 16)).astype(np.float32)})
+    assert {k: v.shape for k, v in out.items()} == {"merged": (3, 5, 64), "expanded": (3, 5, 64),
+                                                   "zeros": (3, 5, 4, 16), "flat": (3, 320)}

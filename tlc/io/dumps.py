@@ -75,9 +75,14 @@ def _is(node: Node, op: str) -> bool:
 
 
 def _is_cluster(node: Node) -> bool:
-    """A node drawn as a cluster: a subgraph op (asked of the registry) whose ``body`` maps its inputs."""
+    """A node drawn as a cluster: a subgraph op (asked of the registry) whose ``body`` maps its inputs and outputs
+    one to one (``tlc.Fused``). Control flow (If, Loop, Scan: bodies with other interfaces) is drawn as one op."""
     opdef = lookup(node.op, node.domain)
-    return opdef is not None and opdef.has(Trait.SUBGRAPH) and isinstance(node.attrs.get("body"), Graph)
+    body = node.attrs.get("body")
+    return (opdef is not None and opdef.has(Trait.SUBGRAPH) and isinstance(body, Graph)
+            and len(body.inputs) == node.num_inputs and len(body.outputs) == node.num_outputs
+            and not any(k != "body" and isinstance(v, Graph) for k, v in node.attrs.items())
+            and "num_scan_inputs" not in node.attrs)
 
 
 _Source = tuple[str, int]  # (DOT node id, output port to label or -1)

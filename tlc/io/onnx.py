@@ -22,6 +22,11 @@ Import decisions:
 - The Identity nodes the exporter adds to name graph outputs (marked by their doc string) are read as the
   outputs themselves, so export -> import gives the graph back; every other Identity is kept.
 - Graph, model and node metadata (names, doc strings, producer, metadata_props) are kept for export.
+- Control flow (If, Loop, Scan): graph attributes become tlc ``Graph`` bodies, recursively. The outer names a
+  body reads (at any depth) become explicit captures: trailing inputs of the node matched to trailing body
+  inputs (the convention of ``tlc.ops.control``). Body inputs that declare no type or no shape take their types
+  from the node's inputs (a Loop's carried value: its initial type, widened where the body changes it). Scan in
+  its opset-8 form (a batch axis and ``sequence_lens``) is refused by name.
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ import numpy as np
 import onnx
 import onnx.inliner
 
-from ..errors import InvalidModelError, UnsupportedOperatorError
+from ..errors import InvalidModelError, ShapeInferenceError, UnsupportedOperatorError, ValidationError
 from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Value
+from ..ir.types import TensorType
 from ..ops import is_registered
+from ..ops.control import CONTROL_OPS, merge_types
 from .onnx_export import EXPORT_IR_VERSION, FUSED_PREFIX, OUTPUT_ALIAS_DOC, save_onnx, to_onnx
 from .onnx_opset import convert_opset, default_opset
 from .onnx_tensors import (
@@ -125,11 +132,60 @@ def _unregistered(model: onnx.ModelProto) -> Counter:
     local = _local_function_ids(model)
     bodies = [model.graph.node] + [f.node for f in model.functions]
     for nodes in bodies:
-        for node in nodes:
+        for node in _all_nodes(nodes):
             domain = "" if node.domain == "ai.onnx" else node.domain
             if (domain, node.op_type) not in local and not is_registered(node.op_type, domain):
                 missing[(domain, node.op_type)] += 1
     return missing
+
+
+def _subgraphs(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
+    """The graph attributes of a node (name, graph); GRAPHS lists count as one entry each."""
+    A = onnx.AttributeProto
+    found = []
+    for attr in node.attribute:
+        if attr.type == A.GRAPH:
+            found.append((attr.name, attr.g))
+        elif attr.type == A.GRAPHS:
+            found.extend((attr.name, g) for g in attr.graphs)
+    return found
+
+
+#: bodies nested deeper than this are refused (the importer and the passes recurse once per level)
+MAX_BODY_DEPTH = 24
+
+
+def _all_nodes(nodes, depth: int = 0):
+    """``nodes`` and, recursively, the nodes of their subgraphs."""
+    if depth > MAX_BODY_DEPTH:
+        raise InvalidModelError(f"subgraphs are nested more than {MAX_BODY_DEPTH} levels deep")
+    for node in nodes:
+        yield node
+        for _, g in _subgraphs(node):
+            yield from _all_nodes(g.node, depth + 1)
+
+
+def _free_names(gp: onnx.GraphProto, depth: int = 0) -> list[str]:
+    """The names ``gp`` (or a graph nested in it) reads without defining them: its outer-scope captures, in order
+    of first use."""
+    if depth > MAX_BODY_DEPTH:
+        raise InvalidModelError(f"subgraphs are nested more than {MAX_BODY_DEPTH} levels deep")
+    defined = ({vi.name for vi in gp.input} | {t.name for t in gp.initializer}
+               | {o for node in gp.node for o in node.output if o})
+    found: dict[str, None] = {}
+    for node in gp.node:
+        for name in list(node.input) + [n for _, g in _subgraphs(node) for n in _free_names(g, depth + 1)]:
+            if name and name not in defined:
+                found.setdefault(name)
+    for vi in gp.output:
+        if vi.name not in defined:
+            found.setdefault(vi.name)
+    return list(found)
+
+
+def _has_scan8(model: onnx.ModelProto) -> bool:
+    return default_opset(model) < 9 and any(n.op_type == "Scan" and n.domain in ("", "ai.onnx")
+                                            for n in _all_nodes(model.graph.node))
 
 
 def _refuse(missing: Counter, types: dict[str, list[str]]) -> None:
@@ -147,6 +203,9 @@ def _refuse(missing: Counter, types: dict[str, list[str]]) -> None:
 def _check_supported(model: onnx.ModelProto, report: ImportReport) -> onnx.ModelProto:
     """Refuse unknown ops and types (all at once); then bring the model to opset 21."""
     missing, types = _unregistered(model), unsupported_types(model)
+    if _has_scan8(model):
+        raise UnsupportedOperatorError("the model uses Scan in its opset-8 form (batch axis and sequence_lens), "
+                                       "which tlc does not support; Scan from opset 9 on is", {("", "Scan"): 1})
     # NOTE: the converter may turn an old op into a registered one (opset < 21), so missing default-domain
     # ops are final only when no conversion follows.
     if types or any(d for d, _ in missing) or (missing and default_opset(model) >= DEFAULT_OPSET):
@@ -217,7 +276,12 @@ class _Builder:
         if node.output and node.output[0] in self.renames:
             self.values[node.output[0]] = self.values[node.input[0]]
             return
-        attrs = {a.name: _attribute(a, where) for a in node.attribute}
+        graphs = _subgraphs(node)
+        attrs = {a.name: _attribute(a, where) for a in node.attribute
+                 if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
+        if graphs:
+            self.add_control(node, domain, attrs, graphs, where)
+            return
         if node.op_type == "Constant" and domain == "":
             if len(attrs) != 1 or next(iter(attrs)) not in _CONSTANT_FORMS:
                 raise InvalidModelError(f"{where}: a Constant needs exactly one value attribute, got {sorted(attrs)}")
@@ -243,6 +307,137 @@ class _Builder:
             if out_name:
                 self.values[out_name] = v
 
+    def add_control(self, node: onnx.NodeProto, domain: str, attrs: dict[str, Any],
+                    graphs: list[tuple[str, onnx.GraphProto]], where: str) -> None:
+        """An If, Loop or Scan: bodies built first, then the node with its captures as trailing inputs."""
+        g = self.g
+        if domain != "" or node.op_type not in CONTROL_OPS or len({k for k, _ in graphs}) != len(graphs):
+            raise UnsupportedOperatorError(f"{where}: graph attributes are supported on If, Loop and Scan only",
+                                           {(domain, node.op_type): 1})
+        captures: dict[str, None] = {}
+        for _, gp in graphs:
+            captures.update(dict.fromkeys(_free_names(gp)))
+        absent = [c for c in captures if c not in self.values]
+        if absent:
+            raise InvalidModelError(f"{where}: a body reads {', '.join(map(repr, absent))}, which no enclosing "
+                                    f"graph defines before the node")
+        formal = [self.values[n] if n else None for n in node.input]
+        if node.op_type == "Loop":
+            formal += [None] * (2 - len(formal))
+        for key, gp in graphs:
+            attrs[key] = self.body(node.op_type, gp, formal, list(captures), attrs, where)
+        if captures and node.op_type != "If":
+            attrs["num_captures"] = len(captures)
+        inputs = formal + [self.values[c] for c in captures]
+        output_names = [o or g.fresh_name(f"{node.name or node.op_type}_unused{i}") for i, o in enumerate(node.output)]
+        name = g.fresh_name(node.name or (node.output[0] if node.output and node.output[0] else node.op_type))
+        outs = g.add_node(node.op_type, inputs, name=name, output_names=output_names, doc=node.doc_string,
+                          attrs=attrs)
+        outs = (outs,) if isinstance(outs, Value) else outs
+        for out_name, v in zip(node.output, outs):
+            if out_name:
+                self.values[out_name] = v
+
+    def body(self, op: str, gp: onnx.GraphProto, formal: list[Value | None], captures: list[str],
+             attrs: dict[str, Any], where: str) -> Graph:
+        """The tlc Graph of one body: typed formal inputs, one input per capture, its nodes and outputs.
+
+        A Loop's carried value whose type the body does not declare in full starts with its initial type; where
+        the body returns another type, the body is built again with the two merged (at most a few times).
+        """
+        derived = self.body_input_types(op, gp, formal, attrs, where)
+        if op == "If":
+            try:
+                return self.build_body(gp, derived, captures, where)
+            except ShapeInferenceError:
+                # NOTE: a branch may not type-check for the shapes of this model when it is the branch never
+                # taken (AffineGrid's 2-D branch in a 3-D model); typed for captures of unknown dims it may
+                return self.build_body(gp, derived, captures, where, relaxed=True)
+        for _ in range(4):
+            body = self.build_body(gp, derived, captures, where)
+            if op != "Loop":
+                return body
+            undeclared = [i for i, vi in enumerate(gp.input[2:], 2) if not _declares_shape(vi)]
+            outs = [body.type_of(v) for v, _ in body.outputs]
+            widened = list(derived)
+            for i in undeclared:
+                if i - 1 < len(outs):
+                    try:
+                        widened[i] = merge_types(derived[i], outs[i - 1])
+                    except ValueError as exc:
+                        raise InvalidModelError(f"{where}: loop-carried value {i - 2}: {exc}") from None
+            if widened == derived:
+                return body
+            derived = widened
+        raise InvalidModelError(f"{where}: the types of the loop-carried values do not settle")
+
+    def body_input_types(self, op: str, gp: onnx.GraphProto, formal: list[Value | None], attrs: dict[str, Any],
+                         where: str) -> list[TensorType]:
+        """The types of a body's formal inputs: declared where they give a shape, else from the node's inputs."""
+        def outer(v: Value | None) -> TensorType | None:
+            return None if v is None else self.g.type_of(v)
+
+        if op == "If":
+            implied: list[TensorType | None] = []
+        elif op == "Loop":
+            implied = [TensorType("int64", ()), TensorType("bool", ())] + [outer(v) for v in formal[2:]]
+        else:
+            m = int(attrs.get("num_scan_inputs", 0))
+            n = len(formal) - m
+            axes = list(attrs.get("scan_input_axes") or []) + [0] * m
+            implied = [outer(v) for v in formal[:n]]
+            for j, v in enumerate(formal[n:]):
+                t = outer(v)
+                if t is not None and t.shape is not None and t.rank:
+                    shape = list(t.shape)
+                    shape.pop(axes[j] % len(shape))
+                    t = t.with_shape(tuple(shape))
+                implied.append(t)
+        if len(gp.input) != len(implied):
+            raise InvalidModelError(f"{where}: body {gp.name!r} has {len(gp.input)} inputs, expected "
+                                    f"{len(implied)} for the node's inputs")
+        types = []
+        for vi, want in zip(gp.input, implied):
+            declared = value_type(vi, need_dtype=False)
+            if declared is not None and declared.shape is not None:
+                types.append(declared)
+            elif want is not None and (declared is None or declared.dtype == want.dtype):
+                types.append(want)
+            elif declared is not None:
+                types.append(declared)
+            else:
+                raise InvalidModelError(f"{where}: body input {vi.name!r} has no type and none follows from the "
+                                        f"node's inputs")
+        return types
+
+    def build_body(self, gp: onnx.GraphProto, types: list[TensorType], captures: list[str],
+                   where: str, *, relaxed: bool = False) -> Graph:
+        body = Graph(gp.name or "body", opset={"": DEFAULT_OPSET}, doc=gp.doc_string)
+        inner = _Builder(body, self.functions, gp.node, [o.name for o in gp.output])
+        try:
+            for vi, t in zip(gp.input, types):
+                inner.values[vi.name] = body.input(vi.name, t.dtype, t.shape)
+            for name in captures:
+                t = self.g.type_of(self.values[name])
+                shape = None if t.shape is None or not relaxed else (None,) * len(t.shape)
+                inner.values[name] = body.input(name, t.dtype, shape if relaxed else t.shape)
+        except ValidationError as exc:
+            raise InvalidModelError(f"{where}: body {gp.name!r}: {exc}") from None
+        for tensor in gp.initializer:
+            if tensor.name in inner.values:
+                raise InvalidModelError(f"{where}: body {gp.name!r} defines {tensor.name!r} twice")
+            inner.values[tensor.name] = body.constant(tensor_to_array(tensor), name=tensor.name)
+        for node in _schedule(gp.node, set(inner.values)):
+            inner.add(node)
+        seen: set[str] = set()
+        for vi in gp.output:
+            if vi.name not in inner.values:
+                raise InvalidModelError(f"{where}: body output {vi.name!r} is not produced by any node")
+            name = vi.name if vi.name not in seen else body.fresh_name(vi.name)
+            seen.add(name)
+            body.output(inner.values[vi.name], name)
+        return body
+
     def function_body(self, fn: onnx.FunctionProto, inputs: list[Value | None], where: str) -> Graph:
         """The body Graph of a tlc Fused function, typed for this call's inputs."""
         if len(inputs) != len(fn.input) or any(v is None for v in inputs):
@@ -260,6 +455,10 @@ class _Builder:
                 raise InvalidModelError(f"function {fn.name!r}: output {name!r} is not produced by any node")
             body.output(inner.values[name], name)
         return body
+
+
+def _declares_shape(vi: onnx.ValueInfoProto) -> bool:
+    return vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.HasField("shape")
 
 
 def _output_renames(nodes, outputs) -> set[str]:
@@ -285,17 +484,19 @@ def _schedule(nodes, available: set[str]) -> list[onnx.NodeProto]:
     """
     known = set(available)
     pending, order = list(nodes), []
+    reads = {id(node): list(node.input) + [n for _, g in _subgraphs(node) for n in _free_names(g)]
+             for node in nodes}
     while pending:
         stuck = []
         for node in pending:
-            if all(not n or n in known for n in node.input):
+            if all(not n or n in known for n in reads[id(node)]):
                 order.append(node)
                 known.update(o for o in node.output if o)
             else:
                 stuck.append(node)
         if len(stuck) == len(pending):
             node = stuck[0]
-            absent = [n for n in node.input if n and n not in known]
+            absent = [n for n in reads[id(node)] if n and n not in known]
             produced = {o for s in stuck for o in s.output}
             what = "a cycle" if all(a in produced for a in absent) else "a dangling input"
             raise InvalidModelError(f"{what}: node {node.name!r} ({node.op_type}) reads "
@@ -351,7 +552,8 @@ def from_onnx(model: onnx.ModelProto, *, path: str = "") -> tuple[Graph, ImportR
     model = _inline_other_functions(model, report)
     model = _check_supported(model, report)
     gp = model.graph
-    g = Graph(gp.name or "graph", opset={"": DEFAULT_OPSET}, doc=gp.doc_string)
+    side = {o.domain: o.version for o in model.opset_import if o.domain not in ("", "ai.onnx")}
+    g = Graph(gp.name or "graph", opset={**side, "": DEFAULT_OPSET}, doc=gp.doc_string)
     g.producer_name, g.producer_version = model.producer_name, model.producer_version
     g.metadata = {p.key: p.value for p in model.metadata_props}
     if model.doc_string:

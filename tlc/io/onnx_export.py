@@ -8,6 +8,11 @@
   the function with a default. The importer turns these calls back into ``tlc.Fused`` nodes.
 - Other ``tlc`` ops with an ``OpDef.decompose`` (``tlc.ConvNhwc``, ...) become calls of local functions holding
   their decomposition into ONNX ops (one per distinct body); the importer inlines those.
+- If, Loop and Scan: bodies become GraphProto attributes. Their captures (trailing node inputs matched to
+  trailing body inputs, see ``tlc.ops.control``) turn back into implicit outer-scope references: the body reads
+  the outer value's name and the capture inputs and ``num_captures`` go. Body names that an enclosing graph
+  already uses are renamed (ONNX scopes are one SSA namespace); body outputs that are body inputs, repeat a
+  value or need another name get an Identity marked ``OUTPUT_ALIAS_DOC``.
 - Graph outputs whose name is not the name of their value (an input that is also an output under another name,
   a value output twice) get an Identity node producing the output name, marked ``OUTPUT_ALIAS_DOC``.
 """
@@ -19,11 +24,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import defs, helper
 
 from ..errors import TlcError
 from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Node, Value
 from ..ops import lookup
+from ..ops.control import bodies, is_control, num_captures
 from . import atomic_write
 from .onnx_opset import export_opset
 from .onnx_tensors import array_to_tensor, value_info_proto
@@ -66,12 +72,21 @@ def _node_attrs(node: Node) -> list[onnx.AttributeProto]:
 class _Writer:
     """Collects the nodes of one graph or function body; functions and used ops are shared model-wide."""
 
-    def __init__(self, graph: Graph, functions: dict[str, onnx.FunctionProto], ops: set[str]):
+    def __init__(self, graph: Graph, functions: dict[str, onnx.FunctionProto], ops: set[str],
+                 names: dict[Value, str] | None = None, scope: set[str] | None = None):
         self.graph = graph
         self.functions = functions
         self.ops = ops
         self.nodes: list[onnx.NodeProto] = []
         self.node_names = {n.name for n in graph.nodes()}
+        #: exported names that differ from the values' own (a body's captures and renamed values)
+        self.names = names or {}
+        #: every name the enclosing graphs and this one define (a body may define none of them again)
+        self.scope = scope if scope is not None else (
+            {n for node in graph.nodes() for n in node.output_names} | {n for _, n in graph.outputs})
+
+    def name(self, value: Value) -> str:
+        return self.names.get(value) or self.graph.value_name(value)
 
     def fresh(self, base: str) -> str:
         name, i = base, 1
@@ -81,29 +96,99 @@ class _Writer:
         return name
 
     def inputs(self, node: Node) -> list[str]:
-        return ["" if v is None else self.graph.value_name(v) for v in self.graph.inputs_of(node)]
+        return ["" if v is None else self.name(v) for v in self.graph.inputs_of(node)]
+
+    def outputs(self, node: Node) -> list[str]:
+        return [self.name(v) for v in node.outputs]
 
     def add(self, node: Node, *, named: bool) -> None:
         name = node.name if named else None
         opdef = lookup(node.op, node.domain)
         if _is(node, "Fused", TLC_DOMAIN):
             fn = fused_function(node.attrs["body"], self.functions, self.ops)
-            proto = helper.make_node(fn.name, self.inputs(node), list(node.output_names), name=name,
+            proto = helper.make_node(fn.name, self.inputs(node), self.outputs(node), name=name,
                                      domain=TLC_DOMAIN, doc_string=node.doc or None)
             proto.attribute.append(helper.make_attribute("kind", str(node.attrs.get("kind", "elementwise"))))
         elif node.domain == TLC_DOMAIN and opdef is not None and opdef.decompose is not None:
             # a tlc op with a decomposition: a call of a local function holding it (the importer inlines it)
             body = opdef.decompose(self.graph, node)
             fn = fused_function(body, self.functions, self.ops, prefix=f"{node.op}_")
-            proto = helper.make_node(fn.name, self.inputs(node), list(node.output_names), name=name,
+            proto = helper.make_node(fn.name, self.inputs(node), self.outputs(node), name=name,
                                      domain=TLC_DOMAIN, doc_string=node.doc or None)
+        elif is_control(node):
+            proto = self.control(node, name)
         else:
-            proto = helper.make_node(node.op, self.inputs(node), list(node.output_names), name=name,
+            proto = helper.make_node(node.op, self.inputs(node), self.outputs(node), name=name,
                                      domain=node.domain or None, doc_string=node.doc or None)
             proto.attribute.extend(_node_attrs(node))
             if node.domain == "":
                 self.ops.add(node.op)
         self.nodes.append(proto)
+
+    def control(self, node: Node, name: str | None) -> onnx.NodeProto:
+        """An If, Loop or Scan node: formal inputs only; each body reads its captures by their outer names."""
+        names = self.inputs(node)
+        k = num_captures(node)
+        formal, captured = names[: len(names) - k], names[len(names) - k:]
+        if node.op == "Loop":
+            formal += [""] * (2 - len(formal))
+        proto = helper.make_node(node.op, formal, self.outputs(node), name=name, doc_string=node.doc or None)
+        scope = self.scope | set(self.names.values())
+        for key, body in bodies(node):
+            proto.attribute.append(helper.make_attribute(key, self.body_proto(body, captured, scope)))
+        opdef = lookup(node.op, node.domain)
+        proto.attribute.extend(_attr_proto(k_, v, opdef.attrs[k_].kind) for k_, v in sorted(node.attrs.items())
+                               if not isinstance(v, Graph) and k_ != "num_captures")
+        self.ops.add(node.op)
+        return proto
+
+    def body_proto(self, body: Graph, captured: list[str], scope: set[str]) -> onnx.GraphProto:
+        """A body as a GraphProto inside ``scope`` (the names of the graphs around it)."""
+        inputs = body.inputs
+        formal = inputs[: len(inputs) - len(captured)]
+        names: dict[Value, str] = {n.output(0): outer for n, outer in zip(inputs[len(formal):], captured)}
+        taken = set(scope)
+
+        def fresh(base: str) -> str:
+            name, i = base, 1
+            while name in taken:
+                name, i = f"{base}_{i}", i + 1
+            taken.add(name)
+            return name
+
+        for node in body.nodes():
+            for v in node.outputs:
+                if v not in names:
+                    names[v] = fresh(body.value_name(v))
+        writer = _Writer(body, self.functions, self.ops, names, taken)
+        value_info = []
+        for node in body.nodes():
+            if _is(node, "Input"):
+                continue
+            if _is(node, "Constant"):
+                out = names[node.output(0)]
+                writer.nodes.append(helper.make_node("Constant", [], [out],
+                                                     value=array_to_tensor(node.attrs["value"], out)))
+                self.ops.add("Constant")
+                continue
+            writer.add(node, named=True)
+            value_info.extend(value_info_proto(names[v], t) for v, t in zip(node.outputs, node.output_types))
+        outputs, seen = [], set()
+        for value, out_name in body.outputs:
+            source = names[value]
+            if source != out_name or value in seen or _is(body.node(value.node), "Input"):
+                target = out_name if out_name not in taken else fresh(f"{out_name}_out")
+                taken.add(target)
+                writer.identity(source, target, named=False)
+            else:
+                target = source
+            seen.add(value)
+            outputs.append(value_info_proto(target, body.type_of(value)))
+        out_names = {o.name for o in outputs}
+        return helper.make_graph(writer.nodes, body.name, [value_info_proto(names[n.output(0)], n.output_types[0])
+                                                           for n in formal], outputs,
+                                 value_info=[v for v in value_info if v.name not in out_names],
+                                 doc_string=body.doc or None)
 
     def identity(self, source: str, target: str, *, named: bool) -> None:
         self.nodes.append(helper.make_node("Identity", [source], [target], doc_string=OUTPUT_ALIAS_DOC,
@@ -147,6 +232,7 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
     opsets += [helper.make_opsetid(d, v) for d, v in sorted(graph.opset.items()) if d not in ("", TLC_DOMAIN)]
     if functions:
         opsets.append(helper.make_opsetid(TLC_DOMAIN, 1))
+    opsets += _missing_domain_opsets(gp, {o.domain for o in opsets})
     model = helper.make_model(gp, opset_imports=opsets, producer_name=graph.producer_name or "tlc",
                               producer_version=graph.producer_version or "", functions=list(functions.values()))
     model.ir_version = max(EXPORT_IR_VERSION, helper.find_min_ir_version_for(opsets[:1], ignore_unknown=True))
@@ -154,6 +240,24 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
         fn.opset_import[0].version = opset  # NOTE: bodies share the model's default opset (one semantics)
     _write_metadata(graph, model)
     return model
+
+
+def _missing_domain_opsets(gp: onnx.GraphProto, present: set[str]) -> list[onnx.OperatorSetIdProto]:
+    """An opset import for each domain the graph's nodes (bodies included) use that ``present`` lacks (a graph
+    built in Python with ops of an ONNX side domain or a custom one): ONNX's newest version of a domain it
+    knows, else 1."""
+    used: set[str] = set()
+    stack = [gp]
+    while stack:
+        for node in stack.pop().node:
+            used.add(node.domain)
+            for attr in node.attribute:
+                stack.extend([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs))
+    out = []
+    for domain in sorted(used - present - {"", "ai.onnx"}):
+        versions = [s.since_version for s in defs.get_all_schemas_with_history() if s.domain == domain]
+        out.append(helper.make_opsetid(domain, max(versions, default=1)))
+    return out
 
 
 def _write_metadata(graph: Graph, model: onnx.ModelProto) -> None:

@@ -433,6 +433,37 @@ class Graph:
                 self._value_names.pop(out, None)
         return len(dead)
 
+    def inline(self, body: Graph, inputs: Sequence[Value], *, infer: bool = False) -> list[Value]:
+        """Copy ``body``'s operations into this graph with its inputs bound to ``inputs`` (in order); returns the
+        values of ``body``'s outputs. Names are made unique here; graph attributes are copied; types are copied,
+        or inferred again for the new inputs with ``infer``."""
+        if len(inputs) != len(body.inputs):
+            raise ValidationError(f"inlining {body.name!r} needs {len(body.inputs)} inputs, got {len(inputs)}")
+        mapping: dict[Value, Value] = {}
+        for node, value in zip(body.inputs, inputs):
+            self._check_value(value)
+            mapping[node.output(0)] = value
+        for node in body.nodes():
+            if node.op == "Input" and node.domain == "":
+                continue
+            if node.op == "Constant" and node.domain == "":
+                mapping[node.output(0)] = self.constant(node.attrs["value"], name=node.output_names[0])
+                continue
+            names: list[str] = []
+            for out in node.output_names:
+                name = self._unique_name(out)
+                while name in names:  # not registered yet, so a fresh name may repeat within one node
+                    name = self._unique_name(f"{name}_")
+                names.append(name)
+            ins = [None if v is None else mapping[v] for v in body.inputs_of(node)]
+            outs = self.add_node(node.op, ins, domain=node.domain, name=node.name, output_names=names,
+                                 attrs=_copy_attrs(node.attrs), infer=infer, doc=node.doc)
+            outs = (outs,) if isinstance(outs, Value) else outs
+            if not infer:
+                self.node(outs[0]).output_types = list(node.output_types)
+            mapping.update(zip(node.outputs, outs))
+        return [mapping[v] for v, _ in body.outputs]
+
     def _check_value(self, value: Value) -> None:
         if not isinstance(value, tuple) or value.node not in self.nx:
             raise ValidationError(f"{value!r} is not a value of graph {self.name!r}")

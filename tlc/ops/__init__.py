@@ -3,6 +3,7 @@
 from . import (  # noqa: F401  (registration side effects)
     attention,
     cast,
+    control,
     conv,
     elementwise,
     fused,
@@ -10,6 +11,7 @@ from . import (  # noqa: F401  (registration side effects)
     layout,
     layout_ops,
     loss,
+    mlops,
     nn,
     norm,
     pool,
@@ -19,6 +21,7 @@ from . import (  # noqa: F401  (registration side effects)
     resize,
     signal,
     sort,
+    strings,
     tensor,
     transformer,
     vision,

@@ -123,3 +123,89 @@ def slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
     if step > 0:
         return min(max(start, 0), dim), min(max(end, 0), dim)
     return min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+
+
+#: how far ``shape_value`` follows producers back (Shape -> Gather -> Unsqueeze -> Concat chains are short)
+_VALUE_DEPTH = 12
+_INT_KINDS = "iu"
+
+
+def shape_value(ctx: InferContext, i: int) -> list[Dim] | None:
+    """Input ``i`` (a 0-D or 1-D integer tensor) as a list of dims when its elements are known, each an int, a
+    symbol or None: a constant, or computed from shapes by the chains exporters write for dynamic shapes
+    (Shape, Gather / Slice of it, Unsqueeze / Squeeze, Concat, Cast, Identity, integer Add / Sub / Mul / Div with
+    constants). None when the value is not of that kind."""
+    return _value_of(ctx.graph, ctx.inputs[i], 0) if ctx.has_input(i) else None
+
+
+def _value_of(graph, value, depth: int) -> list[Dim] | None:
+    if value is None or depth > _VALUE_DEPTH:
+        return None
+    array = graph.const_value(value)
+    if array is not None:
+        array = np.asarray(array)
+        if array.dtype.kind in _INT_KINDS and array.ndim <= 1:
+            return [int(v) for v in array.ravel()]
+        return None
+    node = graph.node(value.node)
+    t = graph.type_of(value)
+    if node.domain != "" or t is None or t.dtype not in ("int64", "int32") or (t.rank or 0) > 1:
+        return None
+    ins = graph.inputs_of(node)
+    op = node.op
+    if op == "Shape":
+        shape = graph.type_of(ins[0]).shape if graph.type_of(ins[0]) is not None else None
+        if shape is None:
+            return None
+        rank = len(shape)
+        start, end = node.attrs.get("start", 0) or 0, node.attrs.get("end")
+        start = min(max(start + rank if start < 0 else start, 0), rank)
+        end = rank if end is None else min(max(end + rank if end < 0 else end, 0), rank)
+        return list(shape[start:end])
+    if op in ("Identity", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Flatten"):
+        return _value_of(graph, ins[0], depth + 1)
+    if op == "Concat":
+        parts = [_value_of(graph, v, depth + 1) for v in ins]
+        return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    if op == "Gather" and node.attrs.get("axis", 0) == 0:
+        data, index = _value_of(graph, ins[0], depth + 1), graph.const_value(ins[1])
+        if data is None or index is None:
+            return None
+        picks = [int(k) for k in np.asarray(index).ravel()]
+        if any(not -len(data) <= k < len(data) for k in picks):
+            return None
+        return [data[k] for k in picks]
+    if op == "Slice":
+        data = _value_of(graph, ins[0], depth + 1)
+        bounds = [graph.const_value(v) if v is not None else None for v in ins[1:5]] + [None] * (5 - len(ins))
+        if data is None or bounds[0] is None or bounds[1] is None:
+            return None
+        start, end = int(np.asarray(bounds[0]).ravel()[0]), int(np.asarray(bounds[1]).ravel()[0])
+        step = 1 if bounds[3] is None else int(np.asarray(bounds[3]).ravel()[0])
+        if step == 0:
+            return None
+        s, e = slice_bounds(len(data), start, end, step)
+        return data[s:e:step] if step > 0 or e >= 0 else data[s::step]
+    if op in ("Add", "Sub", "Mul", "Div"):
+        a, b = _value_of(graph, ins[0], depth + 1), _value_of(graph, ins[1], depth + 1)
+        if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+            return None
+        n = max(len(a), len(b))
+        a, b = a * n if len(a) == 1 else a, b * n if len(b) == 1 else b
+        return [_arith(op, x, y) for x, y in zip(a, b)]
+    return None
+
+
+def _arith(op: str, a: Dim, b: Dim) -> Dim:
+    """``a op b`` on dims: exact on ints (Div truncating toward zero, as integer Div does); a symbol survives
+    ``+ 0``, ``- 0``, ``* 1`` and ``/ 1``; anything else is None."""
+    if isinstance(a, int) and isinstance(b, int):
+        if op == "Div":
+            return None if b == 0 else int(a / b) if (a < 0) != (b < 0) else a // b
+        return a + b if op == "Add" else a - b if op == "Sub" else a * b
+    identity = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}[op]
+    if b == identity and isinstance(a, str):
+        return a
+    if op in ("Add", "Mul") and a == identity and isinstance(b, str):
+        return b
+    return None

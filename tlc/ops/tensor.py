@@ -73,8 +73,9 @@ register(OpDef(name="Dropout", infer=_dropout_infer, reference=_dropout, inputs=
                cost=0, doc="Dropout: the identity in inference mode; a random mask (seeded by `seed`) in training."))
 
 
-def reshape_dims(in_shape, target: list[int], allowzero: int) -> list[Dim]:
-    """Output dims of Reshape with symbolic input dims: resolves 0 (copy) and -1 (inferred) where possible."""
+def reshape_dims(in_shape, target: list[Dim], allowzero: int) -> list[Dim]:
+    """Output dims of Reshape with symbolic input dims (and target entries: symbols, None where unknown):
+    resolves 0 (copy) and -1 (inferred) where possible."""
     out: list[Dim] = []
     for i, d in enumerate(target):
         if d == 0 and not allowzero:
@@ -83,7 +84,7 @@ def reshape_dims(in_shape, target: list[int], allowzero: int) -> list[Dim]:
                                  f"{None if in_shape is None else len(in_shape)}")
             out.append(in_shape[i])
         else:
-            out.append(int(d))
+            out.append(d if d is None or isinstance(d, str) else int(d))
     if sum(1 for d in out if d == -1) > 1:
         raise ValueError("Reshape target has more than one -1")
     if -1 in out:
@@ -124,17 +125,17 @@ def reshape_dims(in_shape, target: list[int], allowzero: int) -> list[Dim]:
 
 def _reshape_infer(ctx: InferContext) -> list[TensorType]:
     data = ctx.type(0)
-    target = ctx.const(1)
+    target = dims.shape_value(ctx, 1)   # a constant, or a Shape -> Gather -> Concat chain
     if target is None:
         shape_t = ctx.type(1)
         if shape_t.shape is None or not isinstance(shape_t.shape[0], int):
             return [TensorType(data.dtype, None)]
         return [TensorType(data.dtype, (None,) * shape_t.shape[0])]
     try:
-        dims = reshape_dims(data.shape, [int(v) for v in target.ravel()], ctx.attrs["allowzero"])
+        dims_out = reshape_dims(data.shape, target, ctx.attrs["allowzero"])
     except ValueError as exc:
         ctx.fail(str(exc))
-    return [TensorType(data.dtype, tuple(dims))]
+    return [TensorType(data.dtype, tuple(dims_out))]
 
 
 def _reshape(x, shape, *, allowzero):
@@ -239,9 +240,28 @@ register(OpDef(name="Transpose", infer=_transpose_infer, reference=lambda x, *, 
                doc="Permutes the axes (reverses them when `perm` is absent)."))
 
 
+def _expanded_dim(have: Dim, want: Dim) -> Dim:
+    """Expand's output dim from an input dim and a target dim, either possibly symbolic or unknown: a target 1
+    keeps the input's dim, an input 1 takes the target's, a known int other than 1 on either side wins."""
+    if want == 1:
+        return have
+    if have == 1 or isinstance(want, int):
+        return want
+    if isinstance(have, int) or have == want:
+        return have
+    return None
+
+
 def _expand_infer(ctx: InferContext) -> list[TensorType]:
     t = ctx.type(0)
-    target = dims.const_ints(ctx, 1)
+    target = dims.shape_value(ctx, 1)
+    if target is not None and not all(isinstance(d, int) for d in target):   # a target built from shapes
+        if t.shape is None:
+            return [TensorType(t.dtype, None)]
+        rank = max(len(target), t.rank)
+        padded = (1,) * (rank - t.rank) + t.shape
+        wanted = [1] * (rank - len(target)) + list(target)
+        return [TensorType(t.dtype, tuple(_expanded_dim(d, w) for d, w in zip(padded, wanted)))]
     if target is None:
         n = dims.vector_length(ctx, 1)
         if n is None or t.shape is None:
@@ -303,9 +323,9 @@ def _constant_of_shape_infer(ctx: InferContext) -> list[TensorType]:
     dtype = "float32" if value is None else TensorType.of(value).dtype
     if value is not None and value.size != 1:
         ctx.fail(f"value must hold one element, got shape {list(value.shape)}")
-    shape = dims.const_ints(ctx, 0)
+    shape = dims.shape_value(ctx, 0)
     if shape is not None:
-        if any(d < 0 for d in shape):
+        if any(isinstance(d, int) and d < 0 for d in shape):
             ctx.fail(f"shape {shape} has a negative dim")
         return [TensorType(dtype, tuple(shape))]
     n = dims.vector_length(ctx, 0)

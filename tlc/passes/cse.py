@@ -6,6 +6,8 @@ their representatives; inputs of commutative ops (``OpDef.is_commutative``) are 
 a key is kept and later ones are merged into it, so a value is only ever replaced by one defined before it.
 Constants are bucketed by dtype and shape and compared byte for byte (0.0 and -0.0 differ; equal NaNs merge).
 Graph output names survive: an output that pointed at a merged value points at its representative.
+Bodies (If, Loop, Scan) are value-numbered on their own first (a body's captures are its inputs, so nothing
+merges across a body boundary); a node with bodies merges only when every op in them is pure.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import numpy as np
 from ..ir.graph import Graph, Node
 from ..ir.hashing import attr_digest
 from ..ops import lookup
+from ..ops.control import bodies, bodies_pure
 from .base import Pass, PassResult, register_pass
+from .dce import absorb
 from .naming import adopt_output_name
 
 
@@ -32,6 +36,8 @@ class CsePass(Pass):
         for node in graph.nodes():
             if node.domain == "" and node.op == "Input":
                 continue
+            for _, body in bodies(node):
+                absorb(result, self.run(body))
             self.current_node = node.name
             if node.domain == "" and node.op == "Constant":
                 keep = constants.find_or_add(node)
@@ -52,7 +58,7 @@ class CsePass(Pass):
 def node_key(graph: Graph, node: Node) -> tuple | None:
     """The value-numbering key of a pure node; None for nodes CSE must leave alone (impure or unknown ops)."""
     opdef = lookup(node.op, node.domain)
-    if opdef is None or not opdef.is_pure:
+    if opdef is None or not opdef.is_pure or not bodies_pure(node):
         return None
     attrs = opdef.resolved_attrs(node)
     digest = tuple((k, attr_digest(v)) for k, v in sorted(attrs.items()) if v is not None)

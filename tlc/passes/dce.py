@@ -2,6 +2,10 @@
 
 Graph inputs always stay, used or not: they are the model's interface. Unused constants go like any other node.
 ONNX operators have no side effects, so a node no output needs is dead whatever its op.
+
+Bodies (If, Loop, Scan) are cleaned the same way first, outputs and inputs kept (they are the body's interface);
+then captures no body reads any more are dropped from the node (``tlc.ops.control``), so the outer values they
+held can die too.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import networkx as nx
 
 from ..ir.graph import Graph, Node, Value
+from ..ops.control import bodies, drop_unused_captures
 from .base import Pass, PassResult, register_pass
 from .naming import adopt_output_name
 
@@ -21,6 +26,12 @@ class DcePass(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         result = PassResult()
+        for _, node in sorted(graph.nx.nodes(data="node")):
+            for _, body in bodies(node):
+                absorb(result, self.run(body))
+            dropped = drop_unused_captures(graph, node)
+            if dropped:
+                result.count("captures_dropped", dropped)
         # Bypassing in id order: the order does not change the result (chains collapse either way).
         for _, node in sorted(graph.nx.nodes(data="node")):
             source = forwarded_input(graph, node)
@@ -38,6 +49,13 @@ class DcePass(Pass):
             result.count("constants_removed" if is_constant else "nodes_removed")
         self.current_node = None
         return result
+
+
+def absorb(result: PassResult, inner: PassResult) -> None:
+    """Add what a pass did inside a body (If, Loop, Scan) to ``result``: its counters as ``body_*``, and the change."""
+    for key, n in inner.stats.items():
+        result.note(f"body_{key}", n)
+    result.changed = result.changed or inner.changed
 
 
 def dead_nodes(graph: Graph) -> set[int]:

@@ -4,7 +4,10 @@ The values come from the op registry's reference implementation (``OpDef.run_ref
 exactly what the reference executor would. Rules:
 
 - Only ops that are pure and foldable (``OpDef.is_pure``, ``OpDef.is_foldable``) fold; ops with subgraph
-  attributes (``tlc.Fused``) do not (running a body is the reference executor's business, not a pass's).
+  attributes (``tlc.Fused``, If, Loop, Scan) do not (running a body is the reference executor's business, not a
+  pass's). An ``If`` whose condition is a constant is replaced by the branch it takes, inlined (its captures
+  become the branch's inputs); the bodies of If, Loop and Scan are folded on their own (their captures are
+  inputs there, not constants).
 - Ops with ``Trait.SHAPE_ONLY`` (Shape, Size) fold from their input's *type* when it is static: the reference
   sees a zero-strided stand-in array of that shape, so nothing of that size is allocated.
 - A folded value keeps its name (and so its graph-output name). Inputs left unused are DCE's to remove.
@@ -47,7 +50,10 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.hashing import attr_digest
 from ..ir.types import np_dtype
 from ..ops import OpDef, Trait, lookup
+from ..ops.control import bodies
 from .base import Pass, PassResult, register_pass
+from .dce import absorb
+from .naming import adopt_output_name
 
 #: inputs up to this many elements (in all) make a fold shareable: its key is cheap to build.
 _SHAREABLE_INPUTS = 4096
@@ -65,6 +71,19 @@ class FoldPass(Pass):
         shared: dict[tuple, list[np.ndarray]] = {}
         folded: list[int] = []   # ids of the constants made
         for node in graph.nodes():
+            if node.domain == "" and node.op == "If" and _constant_condition(graph, node) is not None:
+                self.current_node = node.name
+                folded.extend(v.node for v in inline_if(graph, node, _constant_condition(graph, node)))
+                result.count("if_inlined")
+                continue
+            if bodies(node):
+                before = list(node.output_types)
+                for _, body in bodies(node):
+                    absorb(result, self.run(body))
+                graph.infer_node(node)
+                if node.output_types != before:
+                    folded.append(node.id)
+                continue
             opdef = _foldable_opdef(node)
             if opdef is None:
                 continue
@@ -95,6 +114,25 @@ class FoldPass(Pass):
         if refined:
             result.note("types_refined", refined)
         return result
+
+
+def _constant_condition(graph: Graph, node: Node) -> bool | None:
+    cond = graph.const_value(graph.input_of(node, 0))
+    return bool(cond.reshape(-1)[0]) if cond is not None and cond.size == 1 else None
+
+
+def inline_if(graph: Graph, node: Node, taken: bool) -> list[Value]:
+    """Replace an If by the operations of the branch it takes; returns the values that replace its outputs."""
+    branch = node.attrs["then_branch" if taken else "else_branch"]
+    values = graph.inline(branch, graph.inputs_of(node)[1:], infer=True)
+    renames = []
+    for old, new in zip(node.outputs, values):
+        renames += [(new, name) for v, name in graph.outputs if v == old][:1]
+        graph.replace_all_uses(old, new)
+    graph.erase(node)
+    for value, name in renames:
+        adopt_output_name(graph, value, name)
+    return values
 
 
 def refine_types(graph: Graph, constants: list[int]) -> int:
