@@ -104,7 +104,12 @@ def cases_for(*ops: str) -> list:
 
 
 def as_array(item) -> np.ndarray:
-    """Case data is numpy arrays, or TensorProtos for types numpy lacks (the test-case type hints lie)."""
+    """Case data is numpy arrays, or TensorProtos for types numpy lacks (the test-case type hints lie); a
+    sequence is a list of them and an empty optional None (kept so)."""
+    if item is None:
+        return None
+    if isinstance(item, list):
+        return [as_array(x) for x in item]
     return numpy_helper.to_array(item) if isinstance(item, onnx.TensorProto) else np.asarray(item)
 
 
@@ -112,6 +117,19 @@ def input_names(model: onnx.ModelProto) -> list[str]:
     """The model's graph inputs that the caller feeds (those without an initializer), in order."""
     initialized = {t.name for t in model.graph.initializer}
     return [vi.name for vi in model.graph.input if vi.name not in initialized]
+
+
+def compare_values(name: str, have, want, rtol: float, atol: float) -> str:
+    """``compare`` for any value: an array, a sequence (a list of arrays, compared element by element) or an
+    empty optional (None)."""
+    if want is None or have is None:
+        return "" if have is None and want is None else f"output {name!r}: {have!r:.40}, expected {want!r:.40}"
+    if isinstance(want, list) or isinstance(have, list):
+        if not isinstance(have, list) or not isinstance(want, list) or len(have) != len(want):
+            return f"output {name!r}: a sequence of {len(want) if isinstance(want, list) else '?'} expected"
+        return next((r for i, (h, w) in enumerate(zip(have, want))
+                     if (r := compare(f"{name}[{i}]", np.asarray(h), w, rtol, atol))), "")
+    return compare(name, np.asarray(have), want, rtol, atol)
 
 
 def compare(name: str, have: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
@@ -166,7 +184,7 @@ def run_case(case, runner: Runner = reference_runner) -> tuple[str, str]:
         if len(outputs) != len(g.outputs):
             return FAIL, f"{len(g.outputs)} outputs, expected {len(outputs)}"
         for (_, name), want in zip(g.outputs, outputs):
-            reason = compare(name, np.asarray(got[name]), as_array(want), case.rtol, case.atol)
+            reason = compare_values(name, got[name], as_array(want), case.rtol, case.atol)
             if reason:
                 return FAIL, reason
     return PASS, ""

@@ -112,16 +112,26 @@ def test_unsupported_initializer_type_is_named():
         from_onnx(model)
 
 
-def test_sequence_and_optional_values_are_named():
+def test_sequence_and_optional_values_import_and_other_kinds_are_named():
     seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
     model = make_model([helper.make_node("Identity", ["s"], ["y"])], [seq],
                        [helper.make_tensor_sequence_value_info("y", TensorProto.FLOAT, [2])])
-    with pytest.raises(tlc.UnsupportedOperatorError, match=r"sequence \('s', 'y'\)"):
-        from_onnx(model)
+    g, _ = from_onnx(model)
+    assert str(g.type_of(g.value("y"))) == "seq<float32[2]>"
     opt_type = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
     model = make_model([helper.make_node("Identity", ["o"], ["y"])], [helper.make_value_info("o", opt_type)],
                        [helper.make_value_info("y", opt_type)])
-    with pytest.raises(tlc.UnsupportedOperatorError, match="optional"):
+    g, _ = from_onnx(model)
+    assert str(g.type_of(g.input_value("o"))) == "opt<float32[2]>"
+    seq_seq = helper.make_sequence_type_proto(helper.make_sequence_type_proto(helper.make_tensor_type_proto(1, [2])))
+    model = make_model([helper.make_node("Identity", ["s"], ["y"])], [helper.make_value_info("s", seq_seq)],
+                       [helper.make_value_info("y", seq_seq)])
+    with pytest.raises(tlc.UnsupportedOperatorError, match=r"sequence of sequence \('s', 'y'\)"):
+        from_onnx(model)
+    map_type = helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(1, []))
+    model = make_model([helper.make_node("Identity", ["m"], ["y"])], [helper.make_value_info("m", map_type)],
+                       [helper.make_value_info("y", map_type)])
+    with pytest.raises(tlc.UnsupportedOperatorError, match="map"):
         from_onnx(model)
 
 

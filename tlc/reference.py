@@ -2,18 +2,24 @@
 
 It is -O0 and the oracle every pass is checked against. Intermediate arrays are dropped as soon as their last
 consumer has run, so large models run in bounded memory.
+
+Values are numpy arrays, or for sequences a list of arrays and for optionals None or their value
+(``tlc.ir.types``). A node that reads or makes such a value calls its op's reference as it is (``run_values``):
+``OpDef.run_reference`` turns every result into an array, which would stack a list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from .errors import ExecutionError, TlcError
 from .ir.feeds import check_feeds
 from .ir.graph import Graph, Node, Value
-from .ops import Trait, opdef_of
+from .ir.types import OptionalType, SequenceType, TensorType
+from .ops import OpDef, Trait, opdef_of
 
 
 class Interpreter:
@@ -36,11 +42,14 @@ class Interpreter:
         opdef = opdef_of(node)
         context = {"run_graph": run_graph} if Trait.SUBGRAPH in opdef.traits else {}
         try:
-            outs = opdef.run_reference(inputs, node.attrs, _out_dtypes(node), **context)
+            if carries_non_tensors(node, inputs):
+                outs = run_values(opdef, node, inputs, context)
+            else:
+                outs = opdef.run_reference(inputs, node.attrs, _out_dtypes(node), **context)
         except TlcError:
             raise
         except Exception as exc:  # an implementation bug or an input it cannot take: say where
-            shapes = ", ".join("-" if a is None else f"{a.dtype}{list(a.shape)}" for a in inputs)
+            shapes = ", ".join(describe_value(a) for a in inputs)
             raise ExecutionError(f"node {node.name!r} ({node.qualified_op}) failed on inputs ({shapes}): "
                                  f"{type(exc).__name__}: {exc}") from exc
         return outs[: node.num_outputs]
@@ -76,7 +85,7 @@ def run(graph: Graph, feeds: Mapping[str, object], outputs: Sequence[str] | None
     if check:
         arrays, _ = check_feeds(specs, feeds)
     else:
-        arrays = {k: np.asarray(v) for k, v in feeds.items()}
+        arrays = {k: v if v is None or isinstance(v, list) else np.asarray(v) for k, v in feeds.items()}
     result = Interpreter(graph).run(arrays)
     if outputs is not None:
         missing = [o for o in outputs if o not in result]
@@ -84,7 +93,7 @@ def run(graph: Graph, feeds: Mapping[str, object], outputs: Sequence[str] | None
             raise KeyError(f"no output(s) {missing}; the graph's outputs are {list(result)}")
         result = {o: result[o] for o in outputs}
     # NOTE: outputs never alias feeds, constants or each other.
-    return {k: np.array(v, copy=True) for k, v in result.items()}
+    return {k: copy_value(v) for k, v in result.items()}
 
 
 def run_graph(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -94,5 +103,59 @@ def run_graph(graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [result[name] for _, name in graph.outputs]
 
 
+def copy_value(value: Any) -> Any:
+    """A copy of a run-time value: an array, a list of arrays (a sequence) or None (an empty optional)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [np.array(a, copy=True) for a in value]
+    return np.array(value, copy=True)
+
+
+def describe_value(value: Any) -> str:
+    """"float32[2, 3]", "seq[float32[2], ...]" or "None", for messages."""
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "seq[" + ", ".join(describe_value(a) for a in value[:3]) + (", ...]" if len(value) > 3 else "]")
+    value = np.asarray(value)
+    return f"{value.dtype}{list(value.shape)}"
+
+
+def carries_non_tensors(node: Node, inputs: Sequence[Any]) -> bool:
+    """Whether ``node`` reads a sequence or makes a sequence or optional value (then ``run_values`` runs it)."""
+    return (any(isinstance(x, list) for x in inputs)
+            or any(t is not None and not isinstance(t, TensorType) for t in node.output_types))
+
+
+def run_values(opdef: OpDef, node: Node, inputs: Sequence[Any], context: dict[str, Any]) -> list[Any]:
+    """The op's reference on values of any kind; each output comes back as its type says (an array, a list of
+    arrays, or None for an empty optional). A reference returns a list of outputs, or the one output itself."""
+    attrs = opdef.resolved_attrs(node)
+    result = opdef.reference(*inputs, **attrs, **context)
+    if node.num_outputs == 1 and _is_value(result, node.output_types[0]):
+        result = [result]
+    elif not isinstance(result, (list, tuple)):
+        result = [result]
+    return [_as_value(r, t) for r, t in zip(result, node.output_types)]
+
+
+def _is_value(x: Any, t: Any) -> bool:
+    """Whether ``x`` is one value of type ``t`` (rather than a list of outputs)."""
+    if isinstance(t, SequenceType):
+        return isinstance(x, list) and all(isinstance(a, np.ndarray) for a in x)
+    if isinstance(t, OptionalType):
+        return x is None or _is_value(x, t.elem)
+    return not isinstance(x, (list, tuple))
+
+
+def _as_value(x: Any, t: Any) -> Any:
+    if x is None and isinstance(t, OptionalType):
+        return None
+    if isinstance(x, list) and isinstance(t, (SequenceType, OptionalType)):
+        return [np.asarray(a) for a in x]
+    return np.asarray(x)
+
+
 def _out_dtypes(node: Node) -> list[str | None]:
-    return [None if t is None else t.dtype for t in node.output_types]
+    return [t.dtype if isinstance(t, TensorType) else None for t in node.output_types]

@@ -500,6 +500,58 @@ def chain100(batch: int = 1, small: bool = False) -> onnx.ModelProto:
     return b.model("chain100", [_vi("x", [batch, 64])], [_vi("y", [batch, 64])])
 
 
+def _qdq(b: _Builder, x: str, scale: float, zero: int) -> str:
+    """QuantizeLinear -> DequantizeLinear of an activation to uint8 with a fixed per-tensor scale and zero point
+    (initializers named as onnxruntime's quantizer names them); returns the DequantizeLinear's output."""
+    s = b.const(_f32(scale), f"{x}_scale")
+    z = b.const(np.array(zero, np.uint8), f"{x}_zero_point")
+    return b.op("DequantizeLinear", b.op("QuantizeLinear", x, s, z), s, z)
+
+
+def _qdq_weight(b: _Builder, w: np.ndarray, axis: int) -> tuple[str, np.ndarray]:
+    """A float weight quantized per channel along ``axis`` to symmetric int8 (scale max|w| / 127, zero point 0,
+    onnxruntime's default for weights) as an initializer behind a DequantizeLinear; returns its output and the
+    scales."""
+    other = tuple(i for i in range(w.ndim) if i != axis)
+    scale = (np.abs(w).max(axis=other) / 127).astype(np.float32)
+    shaped = scale.reshape([-1 if i == axis else 1 for i in range(w.ndim)])
+    q = np.clip(np.rint(w / shaped), -127, 127).astype(np.int8)
+    out = b.op("DequantizeLinear", b.const(q, "w_quantized"), b.const(scale, "w_scale"),
+               b.const(np.zeros(scale.shape, np.int8), "w_zero_point"), axis=axis)
+    return out, scale
+
+
+def qdq_convnet(batch: int = 1, small: bool = False) -> onnx.ModelProto:
+    """A small conv net (3x3 convs, a strided one, a depthwise and a pointwise conv, global pooling, a linear
+    classifier) quantized in QDQ form as onnxruntime's static quantizer writes it: weights per output channel to
+    int8 (symmetric), biases to int32 with scale x_scale * w_scale, activations to uint8 with fixed scales. The
+    first conv keeps its Relu before the QuantizeLinear; the others have it folded into their output's range
+    (zero point 0), as the quantizer removes a Relu that follows a conv."""
+    b = _Builder(seed=31)
+    size = 16 if small else 32
+    h, in_scale = _qdq(b, "x", 8 / 255, 128), 8 / 255
+    layers = ((3, 16, 3, 1, 1, True), (16, 32, 3, 2, 1, False), (32, 32, 3, 1, 32, False), (32, 64, 1, 1, 1, False))
+    for cin, cout, k, stride, group, keep_relu in layers:
+        fan_in = cin // group * k * k
+        w = (b.rng.standard_normal((cout, cin // group, k, k)) * math.sqrt(2 / fan_in)).astype(np.float32)
+        wq, w_scale = _qdq_weight(b, w, axis=0)
+        bias_scale = (np.float32(in_scale) * w_scale).astype(np.float32)
+        bias = np.rint(0.05 * b.rng.standard_normal(cout) / bias_scale).astype(np.int32)
+        bq = b.op("DequantizeLinear", b.const(bias, "b_quantized"), b.const(bias_scale, "b_scale"),
+                  b.const(np.zeros(cout, np.int32), "b_zero_point"), axis=0)
+        y = b.op("Conv", h, wq, bq, dilations=[1, 1], group=group, kernel_shape=[k, k], pads=[k // 2] * 4,
+                 strides=[stride, stride])
+        if keep_relu:
+            y = b.op("Relu", y)
+        h, in_scale = _qdq(b, y, 6 / 255, 0), 6 / 255
+    flat = b.op("Flatten", b.op("GlobalAveragePool", h), axis=1)
+    w = (b.rng.standard_normal((64, 10)) / 8).astype(np.float32)
+    logits = b.op("MatMul", _qdq(b, flat, 4 / 255, 0), _qdq_weight(b, w, axis=1)[0])
+    bias = b.const((0.02 * b.rng.standard_normal(10)).astype(np.float32), "fc_b")
+    b.rename(b.op("Add", _qdq(b, logits, 16 / 255, 128), bias), "y")
+    return b.model("qdq_convnet", [_vi("x", [batch, 3, size, size])], [_vi("y", [batch, 10])])
+
+
 REAL_BUILDERS = {"mobilenetv2": mobilenetv2, "resnet18": resnet18, "vit": vit, "unet": unet,
                  "mlp_mixer": mlp_mixer, "gpt2_block": gpt2_block, "dynamic_batch": dynamic_batch,
                  "tiny_ops_800": tiny_ops_800}

@@ -43,6 +43,8 @@ def test_elementwise_chain_becomes_one_group(rng):
     # the vector constant is an input of the kernel, the scalar is inlined
     assert [n.name for n in body.inputs] == ["x", "a"]
     assert out.outputs[0][1] == "y" and out.value_name(out.outputs[0][0]) == "y"
+    # the scalar's outer Constant went with the group (exported, it was an initializer no node used)
+    assert sorted(n.name for n in out.nodes() if n.op == "Constant") == ["a"]
 
 
 def test_epilogue_and_reduction_groups(rng):

@@ -189,6 +189,16 @@ def test_oneof_opt_and_find_match_captures():
     assert find_match(g, clip, g.producer(c3)) is None, "a non-constant lower bound is not Opt(Const)"
 
 
+def test_a_const_alternative_of_an_input_matches_without_tracing():
+    """The producer pre-filter counts a Const alternative inside OneOf as a Constant (it once dropped it, so the
+    rule matched only with a tracer attached)."""
+    g, x = _graph()
+    m = g.add_node("Mul", [x, g.constant(np.float32(2.0))], name="m")
+    rule = Rule("r", Op("Mul", Var("x"), OneOf(Op("Neg", Var("y")), Const(name="k"))), lambda m_, b: m_["x"])
+    found = find_match(g, rule, g.producer(m))
+    assert found is not None and float(found.const("k")) == 2.0
+
+
 def test_const_tolerance_and_scalar():
     g, x = _graph()
     a = g.add_node("Mul", [x, g.constant(np.float32(1.41421))], name="a")

@@ -124,8 +124,8 @@ def test_registered_and_introspectable():
     rows = list_rules()
     assert len({r.name for r in rows}) == len(rows)
     assert all(r.description and r.rule_set and r.min_level in (1, 2) for r in rows)
-    assert {r.rule_set for r in rows} == {"algebraic", "power", "batchnorm", "gemm", "layernorm", "gelu", "softmax",
-                                          "arith"}
+    assert {r.rule_set for r in rows} == {"algebraic", "power", "batchnorm", "qdq", "gemm", "layernorm", "gelu",
+                                          "softmax", "transformer", "arith"}
     table = rules_table().splitlines()
     assert len(table) == len(rows) and table[0].split()[:3] == ["identity", "algebraic", "-O1"]
 

@@ -15,15 +15,16 @@ Import decisions:
 - Element types: every one of ``tlc.ir.types.DTYPES``, the ml_dtypes ones (bfloat16, float8, float6, float4, int4,
   int2) included; their tensors (packed 4- and 2-bit data too) are read and written by ``onnx.numpy_helper``.
 - Refusals come all at once with ``UnsupportedOperatorError``: every unknown op with its count, every element
-  type tlc does not hold (complex64, complex128) and every non-tensor value (sequence, optional, map) with where
-  it occurs.
+  type tlc does not hold (complex64, complex128) and every value kind it does not (map, sparse tensor, sequences
+  of sequences) with where it occurs. Sequences of tensors and optionals of tensors or sequences are imported
+  (``tlc.ir.types``); Optional's ``type`` attribute becomes the text IR's form of the type.
 - Model-local functions are inlined, except the ``tlc``-domain functions tlc writes for ``tlc.Fused`` nodes,
   which become ``tlc.Fused`` nodes again (so export -> import keeps fused groups).
 - The Identity nodes the exporter adds to name graph outputs (marked by their doc string) are read as the
   outputs themselves, so export -> import gives the graph back; every other Identity is kept.
 - Graph, model and node metadata (names, doc strings, producer, metadata_props) are kept for export.
-- Control flow (If, Loop, Scan): graph attributes become tlc ``Graph`` bodies, recursively. The outer names a
-  body reads (at any depth) become explicit captures: trailing inputs of the node matched to trailing body
+- Control flow (If, Loop, Scan, SequenceMap): graph attributes become tlc ``Graph`` bodies, recursively. The outer
+  names a body reads (at any depth) become explicit captures: trailing inputs of the node matched to trailing body
   inputs (the convention of ``tlc.ops.control``). Body inputs that declare no type or no shape take their types
   from the node's inputs (a Loop's carried value: its initial type, widened where the body changes it). Scan in
   its opset-8 form (a batch axis and ``sequence_lens``) is refused by name.
@@ -44,7 +45,8 @@ import onnx.inliner
 
 from ..errors import InvalidModelError, ShapeInferenceError, UnsupportedOperatorError, ValidationError
 from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Value
-from ..ir.types import TensorType
+from ..ir.text import format_type
+from ..ir.types import SequenceType, TensorType, ValueType, is_tensor
 from ..ops import is_registered
 from ..ops.control import CONTROL_OPS, merge_types
 from .onnx_export import EXPORT_IR_VERSION, FUSED_PREFIX, OUTPUT_ALIAS_DOC, save_onnx, to_onnx
@@ -54,6 +56,7 @@ from .onnx_tensors import (
     load_external_data,
     sparse_to_array,
     tensor_to_array,
+    type_from_proto,
     unsupported_types,
     value_type,
 )
@@ -245,6 +248,8 @@ def _attribute(attr: onnx.AttributeProto, where: str) -> Any:
         return tensor_to_array(attr.t)
     if kind == A.SPARSE_TENSOR:
         return sparse_to_array(attr.sparse_tensor)
+    if kind == A.TYPE_PROTO:  # Optional's ``type``: held as the text IR's form of the type (tlc.ops.sequence)
+        return format_type(type_from_proto(attr.tp, f"{where}, attribute {attr.name!r}", need_dtype=True))
     raise UnsupportedOperatorError(f"{where}: attribute {attr.name!r} of type {A.AttributeType.Name(kind)} is "
                                    f"not supported", {})
 
@@ -309,10 +314,12 @@ class _Builder:
 
     def add_control(self, node: onnx.NodeProto, domain: str, attrs: dict[str, Any],
                     graphs: list[tuple[str, onnx.GraphProto]], where: str) -> None:
-        """An If, Loop or Scan: bodies built first, then the node with its captures as trailing inputs."""
+        """An If, Loop, Scan or SequenceMap: bodies built first, then the node with its captures as trailing
+        inputs."""
         g = self.g
         if domain != "" or node.op_type not in CONTROL_OPS or len({k for k, _ in graphs}) != len(graphs):
-            raise UnsupportedOperatorError(f"{where}: graph attributes are supported on If, Loop and Scan only",
+            raise UnsupportedOperatorError(f"{where}: graph attributes are supported on If, Loop, Scan and "
+                                           f"SequenceMap only",
                                            {(domain, node.op_type): 1})
         captures: dict[str, None] = {}
         for _, gp in graphs:
@@ -372,13 +379,16 @@ class _Builder:
         raise InvalidModelError(f"{where}: the types of the loop-carried values do not settle")
 
     def body_input_types(self, op: str, gp: onnx.GraphProto, formal: list[Value | None], attrs: dict[str, Any],
-                         where: str) -> list[TensorType]:
-        """The types of a body's formal inputs: declared where they give a shape, else from the node's inputs."""
-        def outer(v: Value | None) -> TensorType | None:
+                         where: str) -> list[ValueType]:
+        """The types of a body's formal inputs: declared where they give a shape, else from the node's inputs
+        (a sequence or optional: from the node's input where it is one of the same kind)."""
+        def outer(v: Value | None) -> ValueType | None:
             return None if v is None else self.g.type_of(v)
 
         if op == "If":
-            implied: list[TensorType | None] = []
+            implied: list[ValueType | None] = []
+        elif op == "SequenceMap":
+            implied = [t.elem if isinstance(t, SequenceType) else t for t in map(outer, formal)]
         elif op == "Loop":
             implied = [TensorType("int64", ()), TensorType("bool", ())] + [outer(v) for v in formal[2:]]
         else:
@@ -388,7 +398,7 @@ class _Builder:
             implied = [outer(v) for v in formal[:n]]
             for j, v in enumerate(formal[n:]):
                 t = outer(v)
-                if t is not None and t.shape is not None and t.rank:
+                if isinstance(t, TensorType) and t.shape is not None and t.rank:
                     shape = list(t.shape)
                     shape.pop(axes[j] % len(shape))
                     t = t.with_shape(tuple(shape))
@@ -399,9 +409,12 @@ class _Builder:
         types = []
         for vi, want in zip(gp.input, implied):
             declared = value_type(vi, need_dtype=False)
-            if declared is not None and declared.shape is not None:
+            if not is_tensor(declared):
+                types.append(want if want is not None and type(want) is type(declared) else declared)
+            elif declared is not None and declared.shape is not None:
                 types.append(declared)
-            elif want is not None and (declared is None or declared.dtype == want.dtype):
+            elif want is not None and (declared is None or (isinstance(want, TensorType)
+                                                             and want.dtype == declared.dtype)):
                 types.append(want)
             elif declared is not None:
                 types.append(declared)
@@ -410,17 +423,18 @@ class _Builder:
                                         f"node's inputs")
         return types
 
-    def build_body(self, gp: onnx.GraphProto, types: list[TensorType], captures: list[str],
+    def build_body(self, gp: onnx.GraphProto, types: list[ValueType], captures: list[str],
                    where: str, *, relaxed: bool = False) -> Graph:
         body = Graph(gp.name or "body", opset={"": DEFAULT_OPSET}, doc=gp.doc_string)
         inner = _Builder(body, self.functions, gp.node, [o.name for o in gp.output])
         try:
             for vi, t in zip(gp.input, types):
-                inner.values[vi.name] = body.input(vi.name, t.dtype, t.shape)
+                inner.values[vi.name] = body.input(vi.name, t)
             for name in captures:
                 t = self.g.type_of(self.values[name])
-                shape = None if t.shape is None or not relaxed else (None,) * len(t.shape)
-                inner.values[name] = body.input(name, t.dtype, shape if relaxed else t.shape)
+                if relaxed and isinstance(t, TensorType) and t.shape is not None:
+                    t = t.with_shape((None,) * len(t.shape))
+                inner.values[name] = body.input(name, t)
         except ValidationError as exc:
             raise InvalidModelError(f"{where}: body {gp.name!r}: {exc}") from None
         for tensor in gp.initializer:
@@ -446,8 +460,7 @@ class _Builder:
         body = Graph(fn.name, opset={"": DEFAULT_OPSET}, doc=fn.doc_string)
         inner = _Builder(body, self.functions, fn.node, fn.output)
         for name, v in zip(fn.input, inputs):
-            t = self.g.type_of(v)
-            inner.values[name] = body.input(name, t.dtype, t.shape)
+            inner.values[name] = body.input(name, self.g.type_of(v))
         for node in _schedule(fn.node, set(fn.input)):
             inner.add(node)
         for name in fn.output:
@@ -522,8 +535,7 @@ def _add_interface(g: Graph, builder: _Builder, gp: onnx.GraphProto, report: Imp
                                f"ONNX): tlc reads them as constants, e.g. {defaults[0]!r}")
     for vi in gp.input:
         if vi.name not in set(initializer_names):
-            t = value_type(vi, need_dtype=True)
-            builder.values[vi.name] = g.input(vi.name, t.dtype, t.shape)
+            builder.values[vi.name] = g.input(vi.name, value_type(vi, need_dtype=True))
     for tensor in gp.initializer:
         array = tensor_to_array(tensor)
         builder.values[tensor.name] = g.constant(array, name=tensor.name)
@@ -538,7 +550,8 @@ def _add_outputs(g: Graph, builder: _Builder, gp: onnx.GraphProto, report: Impor
         value = builder.values[vi.name]
         g.output(value, vi.name)
         declared, inferred = value_type(vi, need_dtype=False), g.type_of(value)
-        if declared is not None and inferred is not None and declared.dtype != inferred.dtype:
+        if (isinstance(declared, TensorType) and isinstance(inferred, TensorType)
+                and declared.dtype != inferred.dtype):
             report.warnings.append(f"graph output {vi.name!r} is declared {declared.dtype} but computes "
                                    f"{inferred.dtype}")
 

@@ -8,7 +8,9 @@
   the function with a default. The importer turns these calls back into ``tlc.Fused`` nodes.
 - Other ``tlc`` ops with an ``OpDef.decompose`` (``tlc.ConvNhwc``, ...) become calls of local functions holding
   their decomposition into ONNX ops (one per distinct body); the importer inlines those.
-- If, Loop and Scan: bodies become GraphProto attributes. Their captures (trailing node inputs matched to
+- Sequence and optional values get sequence and optional value infos; Optional's ``type`` attribute (text IR
+  form in tlc) becomes a TypeProto again.
+- If, Loop, Scan and SequenceMap: bodies become GraphProto attributes. Their captures (trailing node inputs matched to
   trailing body inputs, see ``tlc.ops.control``) turn back into implicit outer-scope references: the body reads
   the outer value's name and the capture inputs and ``num_captures`` go. Body names that an enclosing graph
   already uses are renamed (ONNX scopes are one SSA namespace); body outputs that are body inputs, repeat a
@@ -28,11 +30,13 @@ from onnx import defs, helper
 
 from ..errors import TlcError
 from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Node, Value
+from ..ir.text import parse_type
 from ..ops import lookup
 from ..ops.control import bodies, is_control, num_captures
+from ..ops.sequence import TYPE_ATTRS
 from . import atomic_write
 from .onnx_opset import export_opset
-from .onnx_tensors import array_to_tensor, value_info_proto
+from .onnx_tensors import array_to_tensor, type_proto, value_info_proto
 
 EXPORT_IR_VERSION = 10  # opset 21's IR version
 FUSED_PREFIX = "Fused_"
@@ -65,7 +69,9 @@ def _attr_proto(name: str, value: Any, kind: str | None) -> onnx.AttributeProto:
 
 def _node_attrs(node: Node) -> list[onnx.AttributeProto]:
     opdef = lookup(node.op, node.domain)
-    return [_attr_proto(k, v, opdef.attrs[k].kind if opdef and k in opdef.attrs else None)
+    types = TYPE_ATTRS.get((node.domain, node.op), frozenset())
+    return [helper.make_attribute(k, type_proto(parse_type(v))) if k in types
+            else _attr_proto(k, v, opdef.attrs[k].kind if opdef and k in opdef.attrs else None)
             for k, v in sorted(node.attrs.items())]
 
 
@@ -240,6 +246,7 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
         fn.opset_import[0].version = opset  # NOTE: bodies share the model's default opset (one semantics)
     _write_metadata(graph, model)
     return model
+
 
 
 def _missing_domain_opsets(gp: onnx.GraphProto, present: set[str]) -> list[onnx.OperatorSetIdProto]:

@@ -1,9 +1,10 @@
 """ONNX tensors and types <-> numpy arrays and tlc types, refusing what tlc cannot hold by name.
 
 tlc holds the element types of ``tlc.ir.types.DTYPES`` (numpy's, and bfloat16, float8, int4 and the other
-low-precision types through ml_dtypes). Everything else ONNX can express (complex64, complex128) and every
-non-tensor type (sequence, map, optional, sparse tensor) is refused with an
-``UnsupportedOperatorError`` that names the type and where it occurs, never a ValidationError from deep inside.
+low-precision types through ml_dtypes), in tensors, sequences of tensors and optionals of either
+(``tlc.ir.types``). Everything else ONNX can express (complex64, complex128; maps, sparse tensors, sequences of
+sequences or of optionals) is refused with an ``UnsupportedOperatorError`` that names the type and where it
+occurs, never a ValidationError from deep inside.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import onnx.shape_inference
 from onnx import helper, numpy_helper
 
 from ..errors import InvalidModelError, UnsupportedOperatorError
-from ..ir.types import DTYPE_OF_ONNX_CODE, ONNX_TYPE_CODES, TensorType
+from ..ir.types import DTYPE_OF_ONNX_CODE, ONNX_TYPE_CODES, OptionalType, SequenceType, TensorType, ValueType
 
 A = onnx.AttributeProto
 
@@ -80,21 +81,43 @@ def array_to_tensor(array: np.ndarray, name: str) -> onnx.TensorProto:
     return numpy_helper.from_array(np.require(array, requirements="C"), name)
 
 
-def value_type(value_info: onnx.ValueInfoProto, *, need_dtype: bool) -> TensorType | None:
+def value_type(value_info: onnx.ValueInfoProto, *, need_dtype: bool) -> ValueType | None:
     """The tlc type of a declared value; None when the element type is left open and ``need_dtype`` is False."""
-    kind = value_info.type.WhichOneof("value")
-    if kind is None and not need_dtype:
+    if value_info.type.WhichOneof("value") is None and not need_dtype:
         return None  # an output declared by name only
+    return type_from_proto(value_info.type, value_info.name, need_dtype=need_dtype)
+
+
+def type_from_proto(tp: onnx.TypeProto, name: str, *, need_dtype: bool) -> ValueType | None:
+    """The tlc type of an ONNX TypeProto (a tensor, a sequence of tensors, an optional of either); ``name`` says
+    whose it is in errors. None when an element type is left open and ``need_dtype`` is False."""
+    kind = tp.WhichOneof("value")
+    if kind == "sequence_type" or kind == "optional_type":
+        inner_tp = tp.sequence_type.elem_type if kind == "sequence_type" else tp.optional_type.elem_type
+        inner_kind = inner_tp.WhichOneof("value")
+        allowed = ("tensor_type",) if kind == "sequence_type" else ("tensor_type", "sequence_type")
+        if inner_kind is None:
+            if need_dtype:
+                raise InvalidModelError(f"value {name!r} declares a {_kind_name(kind)} of no element type")
+            return None
+        if inner_kind not in allowed:
+            raise UnsupportedOperatorError(f"value {name!r} is a {_kind_name(kind)} of {_kind_name(inner_kind)}; "
+                                           f"tlc supports sequences of tensors and optionals of tensors or "
+                                           f"sequences", {})
+        inner = type_from_proto(inner_tp, name, need_dtype=need_dtype)
+        if inner is None:
+            return None
+        return SequenceType(inner) if kind == "sequence_type" else OptionalType(inner)
     if kind != "tensor_type":
-        raise UnsupportedOperatorError(f"value {value_info.name!r} is of type {_kind_name(kind)}; tlc supports "
-                                       f"tensors only", {})
-    tt = value_info.type.tensor_type
+        raise UnsupportedOperatorError(f"value {name!r} is of type {_kind_name(kind)}; tlc supports "
+                                       f"tensors, sequences of tensors and optionals", {})
+    tt = tp.tensor_type
     if not tt.elem_type:
         if need_dtype:
-            raise InvalidModelError(f"graph input {value_info.name!r} declares no element type")
+            raise InvalidModelError(f"graph input {name!r} declares no element type")
         return None
     if not is_supported_element_type(tt.elem_type):
-        raise UnsupportedOperatorError(f"value {value_info.name!r} has element type "
+        raise UnsupportedOperatorError(f"value {name!r} has element type "
                                        f"{element_type_name(tt.elem_type)}, which tlc does not support", {})
     dtype = DTYPE_OF_ONNX_CODE[tt.elem_type]
     if not tt.HasField("shape"):
@@ -115,9 +138,20 @@ def _kind_name(kind: str | None) -> str:
     return (kind or "undefined").removesuffix("_type").replace("_", " ")
 
 
-def value_info_proto(name: str, t: TensorType | None) -> onnx.ValueInfoProto:
+def type_proto(t: ValueType) -> onnx.TypeProto:
+    """The ONNX TypeProto of a tlc type."""
+    if isinstance(t, SequenceType):
+        return helper.make_sequence_type_proto(type_proto(t.elem))
+    if isinstance(t, OptionalType):
+        return helper.make_optional_type_proto(type_proto(t.elem))
+    return helper.make_tensor_type_proto(ONNX_TYPE_CODES[t.dtype], None if t.shape is None else list(t.shape))
+
+
+def value_info_proto(name: str, t: ValueType | None) -> onnx.ValueInfoProto:
     if t is None:
         return helper.make_empty_tensor_value_info(name)
+    if not isinstance(t, TensorType):
+        return helper.make_value_info(name, type_proto(t))
     return helper.make_tensor_value_info(name, ONNX_TYPE_CODES[t.dtype], None if t.shape is None else list(t.shape))
 
 
@@ -188,17 +222,31 @@ def unsupported_types(model: onnx.ModelProto) -> dict[str, list[str]]:
             places.append(where)
 
     for vi in _declared_values(model):
-        kind = vi.type.WhichOneof("value")
-        if kind is None:
-            continue
-        if kind != "tensor_type":
-            note(_kind_name(kind), vi.name)
-        elif vi.type.tensor_type.elem_type and not is_supported_element_type(vi.type.tensor_type.elem_type):
-            note(element_type_name(vi.type.tensor_type.elem_type), vi.name)
+        kind = _unsupported_kind(vi.type)
+        if kind is not None:
+            note(kind, vi.name)
     for tensor, where in _tensors(model):
         if not is_supported_element_type(tensor.data_type):
             note(element_type_name(tensor.data_type), where)
     return found
+
+
+def _unsupported_kind(tp: onnx.TypeProto) -> str | None:
+    """What of ``tp`` tlc cannot hold ("map", "sequence of sequence", "bfloat4"...), or None."""
+    kind = tp.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind in ("sequence_type", "optional_type"):
+        inner = tp.sequence_type.elem_type if kind == "sequence_type" else tp.optional_type.elem_type
+        inner_kind = inner.WhichOneof("value")
+        allowed = ("tensor_type", None) if kind == "sequence_type" else ("tensor_type", "sequence_type", None)
+        if inner_kind not in allowed:
+            return f"{_kind_name(kind)} of {_kind_name(inner_kind)}"
+        return _unsupported_kind(inner)
+    if kind != "tensor_type":
+        return _kind_name(kind)
+    code = tp.tensor_type.elem_type
+    return element_type_name(code) if code and not is_supported_element_type(code) else None
 
 
 def _declared_values(model: onnx.ModelProto) -> Iterator[onnx.ValueInfoProto]:

@@ -1,4 +1,7 @@
-"""Checking feeds (name -> array) against a graph's declared inputs, with errors that say what was expected."""
+"""Checking feeds (name -> array) against a graph's declared inputs, with errors that say what was expected.
+
+A sequence input takes a list of arrays and an optional input None or its value (``tlc.ir.types``).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +10,17 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..errors import DTypeMismatchError, InputError, ShapeMismatchError
-from .types import TensorType, dtype_name
+from .types import OptionalType, SequenceType, TensorType, ValueType, dtype_name
 
 
 def describe_inputs(specs: Sequence[tuple[str, TensorType]]) -> str:
     return ", ".join(f"{name}: {t}" for name, t in specs) or "(none)"
 
 
-def check_feeds(specs: Sequence[tuple[str, TensorType]], feeds: Mapping[str, object]
+def check_feeds(specs: Sequence[tuple[str, ValueType]], feeds: Mapping[str, object]
                 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Validate ``feeds`` against ``specs``; returns the arrays and the sizes bound to symbolic dims."""
+    """Validate ``feeds`` against ``specs``; returns the arrays (lists of arrays for sequences, None for empty
+    optionals) and the sizes bound to symbolic dims (by tensor inputs only)."""
     if not isinstance(feeds, Mapping):
         raise InputError(f"feeds must be a dict of input name -> array; got {type(feeds).__name__}. "
                          f"Expected inputs: {describe_inputs(specs)}")
@@ -33,6 +37,9 @@ def check_feeds(specs: Sequence[tuple[str, TensorType]], feeds: Mapping[str, obj
     bound: dict[str, tuple[int, str]] = {}
     for name, ttype in specs:
         raw = feeds[name]
+        if not isinstance(ttype, TensorType):
+            arrays[name] = _check_value(name, ttype, raw)
+            continue
         array = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
         try:
             got = dtype_name(array.dtype)
@@ -57,3 +64,26 @@ def check_feeds(specs: Sequence[tuple[str, TensorType]], feeds: Mapping[str, obj
                     bound.setdefault(dim, (size, name))
         arrays[name] = array
     return arrays, {k: v for k, (v, _) in bound.items()}
+
+
+def _check_value(name: str, vtype: ValueType, raw: object) -> object:
+    """A sequence feed (a list or tuple of arrays) or an optional feed (None or its value), checked against its
+    type: every element's dtype, rank and the sizes its element type fixes."""
+    if isinstance(vtype, OptionalType):
+        return None if raw is None else _check_value(name, vtype.elem, raw)
+    if isinstance(vtype, SequenceType):
+        if not isinstance(raw, (list, tuple)):
+            raise InputError(f"input {name!r}: expected a sequence ({vtype}) as a list of arrays, got "
+                             f"{type(raw).__name__}")
+        items = [_check_value(f"{name}[{i}]", vtype.elem, a) for i, a in enumerate(raw)]
+        return items
+    array = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
+    try:
+        got = dtype_name(array.dtype)
+    except Exception:
+        got = str(array.dtype)
+    if got != vtype.dtype:
+        raise DTypeMismatchError(f"input {name!r}: expected dtype {vtype.dtype}, got {got} (shape {list(array.shape)})")
+    if not vtype.matches(array):
+        raise ShapeMismatchError(f"input {name!r}: expected shape {vtype}, got {list(array.shape)}")
+    return array

@@ -21,7 +21,7 @@ import networkx as nx
 import numpy as np
 
 from ..errors import ValidationError
-from .types import Shape, TensorType, dtype_name
+from .types import OptionalType, SequenceType, Shape, TensorType, ValueType, dtype_name
 
 #: The default ONNX opset of the IR's operator semantics (see docs/architecture.md).
 DEFAULT_OPSET = 21
@@ -49,7 +49,7 @@ class Node:
         self.attrs = attrs
         self.num_inputs = num_inputs
         self.output_names = output_names
-        self.output_types: list[TensorType | None] = [None] * len(output_names)
+        self.output_types: list[ValueType | None] = [None] * len(output_names)
         self.doc = doc
 
     @property
@@ -116,9 +116,15 @@ class Graph:
         self._name_counters: dict[str, itertools.count] = {}
 
     # ------------------------------------------------------------------ building
-    def input(self, name: str, dtype: object, shape: Sequence[int | str | None] | None) -> Value:
-        """Add a graph input named ``name`` with the given dtype and shape (dims: int, symbol or None)."""
-        ttype = TensorType(dtype_name(dtype), None if shape is None else tuple(shape))
+    def input(self, name: str, dtype: object, shape: Sequence[int | str | None] | None = None) -> Value:
+        """Add a graph input named ``name`` with the given dtype and shape (dims: int, symbol or None; no shape:
+        unknown rank), or of the type given as ``dtype`` (a ``TensorType``, ``SequenceType`` or ``OptionalType``)."""
+        if isinstance(dtype, (TensorType, SequenceType, OptionalType)):
+            if shape is not None:
+                raise ValidationError(f"input {name!r}: a shape goes with a dtype, not with a type ({dtype})")
+            ttype: ValueType = dtype
+        else:
+            ttype = TensorType(dtype_name(dtype), None if shape is None else tuple(shape))
         if name in self._value_names:
             raise ValidationError(f"graph {self.name!r} already has a value named {name!r}")
         node = self._new_node("Input", "", name, {}, 0, [name])
@@ -313,15 +319,16 @@ class Graph:
     def is_output(self, value: Value) -> bool:
         return any(v == value for v, _ in self.outputs)
 
-    def type_of(self, value: Value) -> TensorType | None:
+    def type_of(self, value: Value) -> ValueType | None:
+        """The value's type: a ``TensorType`` for nearly every value, else a sequence or an optional type."""
         return self.node(value.node).output_types[value.port]
 
-    def set_type(self, value: Value, ttype: TensorType | None) -> None:
+    def set_type(self, value: Value, ttype: ValueType | None) -> None:
         self.node(value.node).output_types[value.port] = ttype
 
     def shape_of(self, value: Value) -> Shape | None:
         t = self.type_of(value)
-        return None if t is None else t.shape
+        return t.shape if isinstance(t, TensorType) else None
 
     def value_name(self, value: Value) -> str:
         return self.node(value.node).output_names[value.port]

@@ -25,6 +25,7 @@ Grammar (``#`` starts a comment, so FileCheck ``# CHECK:`` lines can sit in a .t
     attr      ::= INT | FLOAT | 'true' | 'false' | STRING | '[' attr,* ']' | tensor | graph
     tensor    ::= 'dense' '<' type '>' ('[' element,* ']' | @KEY | '...')
     type      ::= '_' | DTYPE '[' ('*' | dim,*) ']'  # `_`: untyped; `[*]`: unknown rank
+                | 'seq' '<' type '>' | 'opt' '<' type '>'   # a sequence of tensors; an optional
     dim       ::= INT | WORD | STRING | '?'          # size, symbol, unknown
     outputs   ::= (%NAME ('as' STRING)?),+          # `as`: output name differing from the value's
     NAME      ::= [A-Za-z0-9_.]+ | STRING          key ::= WORD | STRING
@@ -54,16 +55,21 @@ from .fileutil import atomic_write
 from .graph import Graph, Node
 from .text_lexer import format_name, format_op, format_word, is_word, quote
 from .text_parser import Parser, add_exact_node
-from .types import TensorType
+from .types import OptionalType, SequenceType, TensorType, ValueType
 
 __all__ = ["add_exact_node", "format_type", "load_text", "parse_graph", "parse_type", "print_graph",
            "save_text"]
 
 
-def format_type(ttype: TensorType | None) -> str:
-    """A type as the text IR writes it: ``TensorType``'s str form, quoting symbols that are not words."""
+def format_type(ttype: ValueType | None) -> str:
+    """A type as the text IR writes it: ``TensorType``'s str form, quoting symbols that are not words;
+    ``seq<...>`` and ``opt<...>`` around the element type of a sequence or optional."""
     if ttype is None:
         return "_"
+    if isinstance(ttype, SequenceType):
+        return f"seq<{format_type(ttype.elem)}>"
+    if isinstance(ttype, OptionalType):
+        return f"opt<{format_type(ttype.elem)}>"
     if ttype.shape is None or all(not isinstance(d, str) or is_word(d) for d in ttype.shape):
         return str(ttype)
     dims = ",".join("?" if d is None else format_word(d) if isinstance(d, str) else str(d)
@@ -71,7 +77,7 @@ def format_type(ttype: TensorType | None) -> str:
     return f"{ttype.dtype}[{dims}]"
 
 
-def parse_type(text: str) -> TensorType | None:
+def parse_type(text: str) -> ValueType | None:
     """The inverse of ``format_type``."""
     parser = Parser(text, None, "<type>")
     ttype = parser.type()

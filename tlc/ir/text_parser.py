@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import InvalidModelError
 from .graph import Graph, Node, Value
 from .text_lexer import INT, Token, tokenize, unquote
-from .types import DTYPES, TensorType, np_dtype
+from .types import DTYPES, OptionalType, SequenceType, TensorType, ValueType, np_dtype
 
 
 # ---------------------------------------------------------------------------- building
@@ -252,10 +252,19 @@ class Parser:
                   f"graph @...), got {tok.describe()}")
 
     # -- types and tensors
-    def type(self) -> TensorType | None:
-        tok = self.expect_kind("word", "a type (dtype[dims] or _)")
+    def type(self) -> ValueType | None:
+        tok = self.expect_kind("word", "a type (dtype[dims], seq<...>, opt<...> or _)")
         if tok.text == "_":
             return None
+        if tok.text in ("seq", "opt"):
+            self.expect("<", f" after {tok.text!r}")
+            inner = self.type()
+            self.expect(">", f" to close {tok.text}<...>")
+            if tok.text == "seq" and not isinstance(inner, TensorType):
+                self.fail(f"a sequence holds tensors, got {inner or '_'}", tok)
+            if tok.text == "opt" and not isinstance(inner, (TensorType, SequenceType)):
+                self.fail(f"an optional holds a tensor or a sequence, got {inner or '_'}", tok)
+            return SequenceType(inner) if tok.text == "seq" else OptionalType(inner)
         if tok.text not in DTYPES:
             self.fail(f"unknown dtype {tok.text!r}; expected one of {', '.join(DTYPES)}", tok)
         self.expect("[", " after the dtype")
@@ -281,7 +290,7 @@ class Parser:
         self.expect("<", " after 'dense'")
         ttype = self.type()
         self.expect(">", " after the tensor type")
-        if ttype is None or not ttype.is_static:
+        if not isinstance(ttype, TensorType) or not ttype.is_static:
             self.fail("a tensor needs a static type such as float32[2,3]", start)
         tok = self.peek()
         if tok.kind == "ellipsis":

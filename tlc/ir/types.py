@@ -5,6 +5,12 @@ object arrays. The machine-learning element types of ONNX (bfloat16, the float8 
 int4/uint4, int2/uint2) are held in numpy with ``ml_dtypes`` under its names ("float8_e4m3fn", "int4", ...):
 generated kernels do not compute in them (``ML_DTYPES``), the reference executor does. A dim is an ``int``,
 a ``str`` symbol ("N") or ``None`` (unknown); a shape of ``None`` means the rank itself is unknown.
+
+Besides tensors, a value may be a sequence of tensors (``SequenceType``: its elements may differ in shape; the
+element type's shape is the merge of what is known of them all) or an optional (``OptionalType``: of a tensor or
+of a sequence). At run time a sequence is a Python list of numpy arrays and an optional is None or its value.
+NOTE: most of tlc computes on tensors only and reads ``graph.type_of(v)`` as a ``TensorType``; code that may meet
+another value asks ``is_tensor`` and refuses by name (``non_tensor_error``) what it cannot handle.
 """
 
 from __future__ import annotations
@@ -132,6 +138,101 @@ class TensorType:
     @staticmethod
     def of(array: np.ndarray) -> TensorType:
         return TensorType(dtype_name(array.dtype), tuple(array.shape))
+
+
+class _NotATensor:
+    """What sequence and optional types answer to code that reads them as tensors: a TypeError that says so (the
+    registry's inference names the node around it; the pass manager the pass), not an AttributeError."""
+
+    __slots__ = ()
+
+    def _refuse(self, what: str):
+        raise TypeError(non_tensor_error(self, f"code that reads a tensor's {what}"))
+
+    dtype = property(lambda self: self._refuse("dtype"))
+    shape = property(lambda self: self._refuse("shape"))
+    rank = property(lambda self: self._refuse("rank"))
+    is_static = property(lambda self: self._refuse("shape"))
+    numel = property(lambda self: self._refuse("size"))
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceType(_NotATensor):
+    """A sequence of tensors of one dtype; ``elem`` is what all its elements satisfy (dims that differ are None)."""
+
+    elem: TensorType
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.elem, TensorType):
+            raise ValidationError(f"a sequence holds tensors; got an element type {self.elem!r}")
+
+    kind = "sequence"
+
+    def matches(self, value: object) -> bool:
+        """True when ``value`` is a list of arrays that each fit the element type."""
+        return isinstance(value, list) and all(isinstance(a, np.ndarray) and self.elem.matches(a) for a in value)
+
+    def __str__(self) -> str:
+        return f"seq<{self.elem}>"
+
+
+@dataclass(frozen=True, slots=True)
+class OptionalType(_NotATensor):
+    """A value that is absent (None at run time) or present: a tensor or a sequence of tensors."""
+
+    elem: TensorType | SequenceType
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.elem, (TensorType, SequenceType)):
+            raise ValidationError(f"an optional holds a tensor or a sequence; got {self.elem!r}")
+
+    kind = "optional"
+
+    def matches(self, value: object) -> bool:
+        """True when ``value`` is None or fits the element type."""
+        if value is None:
+            return True
+        if isinstance(self.elem, TensorType):
+            return isinstance(value, np.ndarray) and self.elem.matches(value)
+        return self.elem.matches(value)
+
+    def __str__(self) -> str:
+        return f"opt<{self.elem}>"
+
+
+ValueType = TensorType | SequenceType | OptionalType
+
+
+def is_tensor(t: object) -> bool:
+    """True for a ``TensorType`` (and None, an untyped value, which tlc treats as a tensor of unknown type)."""
+    return t is None or isinstance(t, TensorType)
+
+
+def non_tensor_error(t: ValueType | None, where: str) -> str:
+    """The message of a part of tlc that refuses a sequence or optional value: "sequence values are not supported
+    by <where>"."""
+    kind = getattr(t, "kind", "non-tensor")
+    return f"{kind} values are not supported by {where} (a value of type {t})"
+
+
+def merge_types(a: ValueType | None, b: ValueType | None) -> ValueType | None:
+    """The type both ``a`` and ``b`` satisfy: dims that agree stay, others become unknown (rank too); sequences and
+    optionals merge their element types, and a value merged with an optional of its kind is that optional.
+    ValueError when they cannot meet (dtypes or kinds differ)."""
+    if a is None or b is None:
+        return a if b is None else b
+    if isinstance(a, OptionalType) != isinstance(b, OptionalType):  # a value may stand where its optional does
+        return OptionalType(merge_types(a.elem if isinstance(a, OptionalType) else a,
+                                        b.elem if isinstance(b, OptionalType) else b))
+    if type(a) is not type(b):
+        raise ValueError(f"value kinds differ: {a} and {b}")
+    if isinstance(a, (SequenceType, OptionalType)):
+        return type(a)(merge_types(a.elem, b.elem))
+    if a.dtype != b.dtype:
+        raise ValueError(f"element types differ: {a.dtype} and {b.dtype}")
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return TensorType(a.dtype, None)
+    return TensorType(a.dtype, tuple(x if x == y else None for x, y in zip(a.shape, b.shape)))
 
 
 def format_shape(shape: Shape | None) -> str:

@@ -1,7 +1,8 @@
 """The verifier: structural and typing checks on a graph, with errors that name node, op and port.
 
 Checks: acyclic; port indices valid and each input port fed once; every required input connected and
-attributes valid (asked of the op registry); stored types equal what inference gives; outputs exist;
+attributes valid (asked of the op registry); stored types equal what inference gives (for sequences and
+optionals: the same kind, and element types that agree); outputs exist;
 node and value names unique; subgraph attributes verified recursively.
 """
 
@@ -11,6 +12,7 @@ import networkx as nx
 
 from ..errors import ValidationError
 from .graph import Graph, Node, op_resolver
+from .types import TensorType
 
 
 def _where(node: Node) -> str:
@@ -76,8 +78,15 @@ def _check_types(graph: Graph, node: Node, resolver) -> None:
     for port, (have, want) in enumerate(zip(node.output_types, inferred)):
         if have is None:
             continue
-        if want is not None and (have.dtype != want.dtype or not _shapes_agree(have.shape, want.shape)):
+        if want is not None and not _types_agree(have, want):
             raise ValidationError(f"{_where(node)}: output {port} is typed {have} but inference gives {want}")
+
+
+def _types_agree(have, want) -> bool:
+    """Same kind (tensor, sequence, optional), same dtype, and shapes that agree where both know a dim."""
+    if isinstance(have, TensorType) and isinstance(want, TensorType):
+        return have.dtype == want.dtype and _shapes_agree(have.shape, want.shape)
+    return type(have) is type(want) and _types_agree(have.elem, want.elem)
 
 
 def _shapes_agree(a, b) -> bool:

@@ -19,6 +19,7 @@ from . import (  # noqa: F401  (registration side effects)
     recurrent,
     reduce,
     resize,
+    sequence,
     signal,
     sort,
     strings,

@@ -10,6 +10,10 @@ keeps the captured value, CSE and fold rewire it like any other):
   ``(iter_num, cond_in, v_1..v_N, c_1..c_k)`` and returns ``(cond_out, v_1..v_N, scan_1..scan_K)``.
 - ``Scan(s_1..s_N, x_1..x_M, c_1..c_k)`` with ``num_scan_inputs = M`` and ``num_captures = k``: the body takes
   ``(s_1..s_N, x_1[t]..x_M[t], c_1..c_k)`` and returns ``(s_1..s_N, y_1..y_K)``.
+- ``SequenceMap(seq, extra_1..extra_M, c_1..c_k)`` (``tlc.ops.sequence``) with ``num_captures = k``: the body takes
+  ``(seq[i], extra_1[i]..extra_M[i], c_1..c_k)`` (a tensor extra as it is) and returns one element of each output.
+
+Bodies carry sequence and optional values as they do tensors (types merge with ``tlc.ir.types.merge_types``).
 
 ``num_captures`` is tlc's own attribute (default 0); the ONNX exporter drops it and writes captures back as
 references to the outer names, the importer recreates it. A value captured two levels up is a capture of the
@@ -25,10 +29,11 @@ import numpy as np
 
 from ..errors import ExecutionError
 from ..ir.graph import Graph, Node
-from ..ir.types import TensorType, np_dtype
+from ..ir.types import OptionalType, TensorType, is_tensor, merge_types, np_dtype
 from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, lookup, register
 
-CONTROL_OPS = ("If", "Loop", "Scan")
+#: ops whose bodies follow the capture convention (``SequenceMap`` is defined in ``tlc.ops.sequence``)
+CONTROL_OPS = ("If", "Loop", "Scan", "SequenceMap")
 _TRAITS = frozenset({Trait.PURE, Trait.SUBGRAPH})
 
 
@@ -89,17 +94,6 @@ def bodies_pure(node: Node) -> bool:
 
 
 # ---------------------------------------------------------------------------- type helpers
-def merge_types(a: TensorType | None, b: TensorType | None) -> TensorType | None:
-    """The type both ``a`` and ``b`` satisfy: dims that agree stay, others become unknown (rank too)."""
-    if a is None or b is None:
-        return a if b is None else b
-    if a.dtype != b.dtype:
-        raise ValueError(f"element types differ: {a.dtype} and {b.dtype}")
-    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
-        return TensorType(a.dtype, None)
-    return TensorType(a.dtype, tuple(x if x == y else None for x, y in zip(a.shape, b.shape)))
-
-
 def _output_types(ctx: InferContext, body: Graph, what: str) -> list[TensorType]:
     types = [body.type_of(v) for v, _ in body.outputs]
     if any(t is None for t in types):
@@ -199,11 +193,18 @@ def _loop_infer(ctx: InferContext) -> list[TensorType]:
     trip = loop_trip_count(ctx, body, n)
     result = []
     for i in range(n):
+        initial = ctx.type(2 + i)
+        if isinstance(initial, OptionalType) and not isinstance(out_t[1 + i], OptionalType):
+            # NOTE: ONNX (and onnxruntime) type the output as the body returns it: an optional initial value whose
+            # body returns its content gives the content's type (a loop that runs zero times returns it as it came)
+            initial = initial.elem
         try:
-            result.append(merge_types(ctx.type(2 + i), out_t[1 + i]))
+            result.append(merge_types(initial, out_t[1 + i]))
         except ValueError as exc:
             ctx.fail(f"loop-carried value {i}: {exc}")
-    for t in out_t[1 + n:]:
+    for j, t in enumerate(out_t[1 + n:]):
+        if not is_tensor(t):
+            ctx.fail(f"scan output {j} of the body is {t}; scan outputs are tensors")
         result.append(t.with_shape(None if t.shape is None else (trip,) + tuple(t.shape)))
     return result
 

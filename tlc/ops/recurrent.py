@@ -195,7 +195,7 @@ def _settings(attrs: dict, rec: Recurrence) -> tuple[int, list[list[Activation]]
     return num_directions, acts
 
 
-def _sequence_lengths(lens: np.ndarray | None, seq: int, batch: int) -> np.ndarray:
+def sequence_lengths(lens: np.ndarray | None, seq: int, batch: int) -> np.ndarray:
     if lens is None:
         return np.full(batch, seq, np.int64)
     lens = np.asarray(lens).astype(np.int64).ravel()
@@ -222,7 +222,7 @@ def run_recurrence(rec: Recurrence, x, w, r, b=None, sequence_lens=None, initial
     w, r = w.astype(work, copy=False), r.astype(work, copy=False)
     b = np.zeros((num_directions, 2 * gh), work) if b is None else b.astype(work, copy=False)
     p = None if p is None else p.astype(work, copy=False)
-    lens = _sequence_lengths(sequence_lens, seq, batch)
+    lens = sequence_lengths(sequence_lens, seq, batch)
     initial = []
     for value in (initial_h, initial_c)[:rec.states]:
         if value is None:

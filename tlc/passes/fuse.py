@@ -216,6 +216,7 @@ class FusePass(Pass):
         body = Graph(graph.fresh_name("fused_body"), opset=dict(graph.opset))
         mapping: dict[Value, Value] = {}
         outer_inputs: list[Value] = []
+        absorbed: list[Value] = []  # scalar constants the body holds its own copy of
         for node in nodes:
             for v in graph.inputs_of(node):
                 if v is None or v.node in member_set or v in mapping:
@@ -224,6 +225,7 @@ class FusePass(Pass):
                 name = graph.value_name(v)
                 if array is not None and array.size == 1:
                     mapping[v] = body.constant(array, name=name)
+                    absorbed.append(v)
                 else:
                     t = graph.type_of(v)
                     mapping[v] = body.input(name, t.dtype, t.shape)
@@ -256,5 +258,8 @@ class FusePass(Pass):
             graph.replace_all_uses(old, new)
         for node in reversed(nodes):
             graph.erase(node)
+        for v in absorbed:  # an outer constant only the group read would be left dead (an unused initializer)
+            if not graph.is_output(v) and not any(True for _ in graph.users(v)):
+                graph.erase(graph.node(v.node))
         for new, name in zip(fused, names):
             graph.rename_value(new, name)

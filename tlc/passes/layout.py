@@ -46,13 +46,13 @@ class Region:
 
 
 def _static4(graph: Graph, v: Value | None) -> bool:
-    t = None if v is None else graph.type_of(v)
-    return t is not None and t.shape is not None and len(t.shape) == 4 and all(isinstance(d, int) for d in t.shape)
+    shape = None if v is None else graph.shape_of(v)   # NOTE: None for sequence and optional values too
+    return shape is not None and len(shape) == 4 and all(isinstance(d, int) for d in shape)
 
 
 def _rank(graph: Graph, v: Value) -> int | None:
-    t = graph.type_of(v)
-    return None if t is None else t.rank
+    shape = graph.shape_of(v)
+    return None if shape is None else len(shape)
 
 
 def data_ports(graph: Graph, node: Node) -> list[int]:

@@ -299,7 +299,15 @@ def _producer_ops(p: Pattern) -> frozenset[str] | None:
     """The op types that can produce a value ``p`` matches (None: anything, or a missing input)."""
     if isinstance(p, Const):
         return frozenset(["Constant"])
-    if isinstance(p, (Op, OneOf)):
+    if isinstance(p, OneOf):   # each alternative as an input pattern (a Const one is produced by a Constant)
+        found: frozenset[str] = frozenset()
+        for alt in p.alternatives:
+            ops = _producer_ops(alt)
+            if ops is None:
+                return None
+            found |= ops
+        return found
+    if isinstance(p, Op):
         return p.root_ops()
     return None
 

@@ -288,13 +288,20 @@ def _check_same_type(old: TensorType | None, new: TensorType | None, where: str,
                      root: Node) -> None:
     if old is None or new is None:
         return
+    if not _types_fit(old, new):
+        raise PassError(f"{where}: the replacement has type {new}, the value it replaces {old}", pass_name,
+                        root.name)
+
+
+def _types_fit(old, new) -> bool:
+    """Same kind (tensor, or the sequence and optional types of ``tlc.ir.types``), same dtype, agreeing dims."""
+    if not isinstance(old, TensorType) or not isinstance(new, TensorType):
+        return type(old) is type(new) and _types_fit(old.elem, new.elem)
     ok = old.dtype == new.dtype
     if ok and old.shape is not None and new.shape is not None:
         ok = len(old.shape) == len(new.shape) and all(
             a == b for a, b in zip(old.shape, new.shape) if isinstance(a, int) and isinstance(b, int))
-    if not ok:
-        raise PassError(f"{where}: the replacement has type {new}, the value it replaces {old}", pass_name,
-                        root.name)
+    return ok
 
 
 def erase_dead(graph: Graph, candidates: Iterable[Node]) -> int:

@@ -19,15 +19,17 @@ import numpy as np
 from ..ir.types import np_dtype
 from ..kernels import conv as kconv
 from ..kernels import gemm, lib_conv_nhwc, lib_pool, lib_pool_nhwc, resample
+from ..kernels import recurrent as krec
 from ..ops import conv as conv_ops
 from ..ops import dims as op_dims
 from ..ops import expr as E
 from ..ops import opdef_of
+from ..ops import recurrent as recurrent_ops
 from ..ops import resize as resize_ops
 from ..ops.layout import equal_split, slice_params
 from ..ops.window import make_window
 from .bound import Bound, Call, KernelRequest, NotNative, Ref, V, W, contiguous_strides
-from .impl import BindContext, StepImpl, spatial_window
+from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 
 
 # ---------------------------------------------------------------------------- views and copies
@@ -880,3 +882,95 @@ def conv_transpose_into(x, weight, bias, out, geo: ConvTransposeGeometry, cols, 
             out[everything + dst] += taps[(slice(None), slice(None), k) + src]
     if bias is not None and not bias_first:
         np.add(out, bias.reshape(m, 1, 1), out=out)
+
+
+# ---------------------------------------------------------------------------- recurrent layers: RNN, GRU, LSTM
+class RecurrentImpl(StepImpl):
+    """RNN, GRU and LSTM: the whole sequence projected through W in one product (every direction; BLAS or the
+    panel product in parts), then the step loop compiled per cell type (``tlc.kernels.recurrent``), the two
+    directions of a bidirectional layer on two threads. Every attribute and optional input and output of the
+    reference is native but activations other than Sigmoid, Tanh and Relu, and float16 (the reference computes
+    it in float32): those run the reference, with the reason in ``plan.stats()``."""
+
+    mode = "native"
+    reason = "one projection product, then the compiled step loop"
+
+    def __init__(self, op: str, attrs: dict[str, Any]):
+        (self.recurrence,) = [r for r in recurrent_ops.RECURRENCES if r.name == op]
+        self.attrs = attrs
+
+    def bind(self, ctx: BindContext) -> Bound:
+        rec, attrs = self.recurrence, self.attrs
+        dtype = ctx.out_dtype()
+        if dtype not in (np.float32, np.float64):
+            raise NotNative(f"{rec.name} of {dtype} runs the reference (which computes float16 in float32)")
+        if not ctx.options.jit_enabled:
+            raise NotNative("jit='off': the step loop is compiled code")
+        x, _, r = ctx.in_shapes()[:3]
+        directions = 2 if attrs["direction"] == "bidirectional" else 1
+        acts = self._activation_codes(directions)
+        batch_first = attrs["layout"] == 1
+        seq, batch = (x[1], x[0]) if batch_first else (x[0], x[1])
+        hidden = r[2]
+        if attrs["hidden_size"] not in (None, hidden):
+            raise NotNative(f"hidden_size {attrs['hidden_size']} but R has {hidden} columns")
+        if 0 in (seq, batch, x[2], hidden):
+            raise NotNative(f"an empty dimension (X {list(x)}, hidden {hidden})")
+        reverse = [attrs["direction"] == "reverse" or d == 1 for d in range(directions)]
+        flag = bool(attrs.get("input_forget", attrs.get("linear_before_reset", 0)))
+        macs = seq * batch * x[2] * directions * rec.gates * hidden
+        proj_parts = gemm.parts_for(macs, ctx.threads)
+        layer = krec.Layer(rec.name, seq, batch, x[2], hidden, directions, rec.gates, batch_first,
+                           np.array(acts, np.int64), np.array(reverse, np.int64), float(attrs["clip"] or 0.0), flag,
+                           proj_parts, gemm.column_split(seq * batch, directions * rec.gates * hidden, 1, proj_parts),
+                           max(1, min(directions, ctx.threads)))
+        ports = {"w": 1, "r": 2, "b": 3, "lens": 4, "h0": 5, "c0": 6, "p": 7}
+        arg = {k: _input(ctx, port) for k, port in ports.items()}
+        weights = None
+        if all(not isinstance(arg[k], Ref) for k in ("w", "r", "b", "p")):
+            weights = krec.prepare(layer, dtype, arg["w"], arg["r"], arg["b"], arg["p"], pack=True)
+        lens = arg["lens"]
+        if lens is not None and not isinstance(lens, Ref):
+            try:
+                lens = recurrent_ops.sequence_lengths(lens, seq, batch)
+            except ValueError as exc:   # the reference raises it when run
+                raise NotNative(str(exc)) from None
+        outs = tuple(V(o) for o in ctx.outputs) + (None,) * (3 - len(ctx.outputs))
+        work = [(shape, dtype) for shape in layer.workspace()]
+        args = (layer, weights, *(arg[k] for k in ports), *outs) + _work_refs(work)
+        native = [Call(_recurrent, (V(ctx.inputs[0]),) + args)]
+        packed = weights is not None and weights.packed.size > 1
+        recurrence = "panels" if weights is not None and weights.rp.size else "BLAS"
+        note = (f"projection by {'panels' if packed else 'BLAS'} in {proj_parts} part(s), {rec.name} loop on "
+                f"{layer.loop_parts} thread(s), h @ R^T by {recurrence}")
+        return Bound(fallback_calls(ctx), mode="native", workspace=work, blas=True, note=note,
+                     request=KernelRequest(f"{rec.name} loop", lambda alias: krec.warm(layer, dtype),
+                                           lambda kern, alias: native))
+
+    def _activation_codes(self, directions: int) -> list[list[int]]:
+        """The kernels' code of each direction's activations; NotNative names one they do not have."""
+        rec, attrs = self.recurrence, self.attrs
+        try:
+            bound = recurrent_ops.bind_activations(attrs["activations"], attrs["activation_alpha"],
+                                                   attrs["activation_beta"], attrs["clip"], rec.activations,
+                                                   directions)
+        except ValueError as exc:
+            raise NotNative(str(exc)) from None
+        names = {id(kind): name for name, kind in recurrent_ops.ACTIVATIONS.items()}
+        codes = []
+        for acts in bound:
+            for a in acts:
+                if names[id(a.kind)] not in krec.CODES:
+                    raise NotNative(f"activation {names[id(a.kind)]} is not native (Sigmoid, Tanh and Relu are)")
+            codes.append([krec.CODES[names[id(a.kind)]] for a in acts])
+        return codes
+
+
+def _recurrent(x, layer, weights, w, r, b, lens, h0, c0, p, y, yh, yc, *work) -> None:
+    """One recurrent step of the run: absent arrays made empty, a sequence_lens input checked (as the
+    reference does), then ``tlc.kernels.recurrent.run``."""
+    dtype = y.dtype
+    lens = recurrent_ops.sequence_lengths(lens, layer.seq, layer.batch)
+    empty3 = np.zeros((0, 0, 0), dtype)
+    krec.run(layer, weights, x, w, r, b, lens, empty3 if h0 is None else h0, empty3 if c0 is None else c0, p, y,
+             empty3 if yh is None else yh, empty3 if yc is None else yc, *work)

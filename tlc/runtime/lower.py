@@ -2,7 +2,8 @@
 
 The program is shape-independent; ``specialize.Specialization`` binds it to the concrete shapes of one input
 signature. Each step's implementation comes from the target's table (``ops.choose``). A Transpose whose every
-reader takes strided inputs (a BLAS operand) becomes a view.
+reader takes strided inputs (a BLAS operand) becomes a view. A step that reads or makes a sequence or optional
+value (``tlc.ir.types``) runs its reference implementation, whatever the table says.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.graph import TLC_DOMAIN, Graph, Node, Value
-from ..ir.types import TensorType
+from ..ir.types import ValueType, is_tensor
 from ..ops import opdef_of
-from .impl import StepImpl
+from .impl import ReferenceImpl, StepImpl
 from .library import TransposeImpl, TransposeViewImpl
 from .ops import choose
 from .options import CompileOptions
@@ -35,8 +36,8 @@ class Program:
     graph: Graph
     values: list[Value]                          # value id -> (node, port) in ``graph``
     value_names: list[str]
-    value_types: list[TensorType | None]
-    feeds: list[tuple[str, int, TensorType]]     # (input name, value id, declared type)
+    value_types: list[ValueType | None]          # TensorType but for sequence and optional values
+    feeds: list[tuple[str, int, ValueType]]      # (input name, value id, declared type)
     consts: dict[int, np.ndarray]
     steps: list[Step]
     outputs: list[tuple[str, int]]
@@ -57,12 +58,16 @@ def label_of(node: Node) -> str:
     return node.qualified_op
 
 
+#: why a step on sequence or optional values runs its reference (``plan.stats()``)
+NON_TENSOR_REASON = "sequence and optional values run on the reference implementation"
+
+
 def lower(graph: Graph, options: CompileOptions) -> Program:
     """Number the values of ``graph`` and choose an implementation for each op (the graph is not changed)."""
     ids: dict[Value, int] = {}
     refs: list[Value] = []
     names: list[str] = []
-    types: list[TensorType | None] = []
+    types: list[ValueType | None] = []
 
     def number(v: Value) -> int:
         ids[v] = len(names)
@@ -81,7 +86,11 @@ def lower(graph: Graph, options: CompileOptions) -> Program:
             continue
         ins = tuple(-1 if v is None else ids[v] for v in graph.inputs_of(node))
         outs = tuple(number(v) for v in node.outputs)
-        steps.append(Step(len(steps), node, label_of(node), ins, outs, choose(node, options)))
+        if all(is_tensor(types[i]) for i in ins + outs if i >= 0):
+            impl = choose(node, options)
+        else:
+            impl = ReferenceImpl(NON_TENSOR_REASON)
+        steps.append(Step(len(steps), node, label_of(node), ins, outs, impl))
     missing = len(names)
     for st in steps:
         st.inputs = tuple(missing if i < 0 else i for i in st.inputs)

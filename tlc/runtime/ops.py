@@ -14,7 +14,8 @@ from typing import Any
 from ..ir.graph import TLC_DOMAIN, Node
 from ..ops import Trait, opdef_of
 from . import library as lib
-from . import native
+from . import native, quantized
+from .attention import AttentionImpl
 from .bound import NotNative
 from .impl import ReferenceImpl, StepImpl, opdef_attrs
 from .options import CompileOptions
@@ -68,6 +69,11 @@ CPU_OPS: dict[str, Factory] = {
     "Trilu": _single_output(lib.TriluImpl),
     "Resize": _single_output(lib.ResizeImpl),
     "ConvTranspose": _single_output(lib.ConvTransposeImpl),
+    "RNN": lambda attrs, node, options: lib.RecurrentImpl("RNN", attrs),
+    "GRU": lambda attrs, node, options: lib.RecurrentImpl("GRU", attrs),
+    "LSTM": lambda attrs, node, options: lib.RecurrentImpl("LSTM", attrs),
+    **quantized.CPU_OPS,
+    "Attention": AttentionImpl,
     "ReduceSum": _reduce("ReduceSum"), "ReduceMean": _reduce("ReduceMean"), "ReduceMax": _reduce("ReduceMax"),
     "ReduceMin": _reduce("ReduceMin"), "ReduceProd": _reduce("ReduceProd"),
     "Reshape": _view, "Flatten": _view, "Squeeze": _view, "Unsqueeze": _view, "Identity": _view,

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import ExecutionError, TlcError
 from ..ir.feeds import check_feeds
 from ..ir.graph import Graph
-from ..ir.types import TensorType, np_dtype
+from ..ir.types import TensorType, ValueType, np_dtype
 from ..reference import Interpreter
 from . import threads
 from .jit import Job
@@ -106,7 +106,10 @@ class Plan:
         self._run_node = Interpreter(self.program.graph).run_node
         program = self.program
         self._feed_specs = [(name, t) for name, _, t in program.feeds]
-        self._dynamic = [name for name, _, t in program.feeds if not t.is_static]
+        # NOTE: sequence and optional feeds are not part of the shape signature; the steps reading them run
+        # their references, which take any length and element shapes
+        self._tensor_feeds = {name for name, _, t in program.feeds if isinstance(t, TensorType)}
+        self._dynamic = [name for name, _, t in program.feeds if name in self._tensor_feeds and not t.is_static]
         self._out_names = [name for name, _ in program.outputs]
         self._specs: OrderedDict[tuple, SpecState] = OrderedDict()
         self._specs_lock = threading.Lock()
@@ -116,17 +119,18 @@ class Plan:
         self._profile = Profile(self)
         self._static_feeds = None
         if not self._dynamic:
-            self._static_feeds = [(name, np_dtype(t.dtype), tuple(t.shape)) for name, t in self._feed_specs]
+            if len(self._tensor_feeds) == len(self._feed_specs):
+                self._static_feeds = [(name, np_dtype(t.dtype), tuple(t.shape)) for name, t in self._feed_specs]
             self._specs[()] = self._specialize({})
         self.timings["lower_ms"] = (time.perf_counter() - start) * 1e3
 
     # ------------------------------------------------------------------ interface
     @property
-    def inputs(self) -> list[tuple[str, TensorType]]:
+    def inputs(self) -> list[tuple[str, ValueType]]:
         return list(self._feed_specs)
 
     @property
-    def outputs(self) -> list[tuple[str, TensorType | None]]:
+    def outputs(self) -> list[tuple[str, ValueType | None]]:
         return [(name, self.program.value_types[v]) for name, v in self.program.outputs]
 
     def run(self, feeds: Mapping[str, object], *, profile: bool = False) -> dict[str, np.ndarray]:
@@ -156,7 +160,8 @@ class Plan:
 
     def _checked(self, feeds: Mapping[str, object]) -> tuple[SpecState, list[np.ndarray]]:
         checked, _ = check_feeds(self._feed_specs, feeds)
-        arrays = [np.asarray(checked[name], order="C") for name, _ in self._feed_specs]
+        arrays = [np.asarray(checked[name], order="C") if name in self._tensor_feeds else checked[name]
+                  for name, _ in self._feed_specs]
         key = tuple(checked[name].shape for name in self._dynamic)
         state = self._specs.get(key)
         if state is None:
@@ -213,7 +218,7 @@ class Plan:
         program = self.program
         types = program.value_types if not shapes else bound_types(program, shapes)
         signature = ", ".join(f"{name}{list(types[v].shape)}" for name, v, _ in program.feeds
-                              if types[v] is not None and types[v].shape is not None) or "(no inputs)"
+                              if isinstance(types[v], TensorType) and types[v].shape is not None) or "(no inputs)"
         spec = Specialization(program, types, self.options, self._run_node, signature)
         jobs = spec.make_jobs(self._job_done)
         with self._jobs_lock:

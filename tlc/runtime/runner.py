@@ -31,6 +31,8 @@ import numba
 import numpy as np
 from numba.core.dispatcher import Dispatcher
 
+from ..ir.types import TensorType
+from ..reference import copy_value
 from .bound import Call, Ref
 from .memory import ALIGN
 from .specialize import Specialization
@@ -94,7 +96,8 @@ class Runner:
 class _Writer:
     def __init__(self, spec: Specialization) -> None:
         self.spec = spec
-        self.namespace: dict[str, Any] = {"np_empty": np.empty, "np_copy": np.array, "clock": time.perf_counter_ns}
+        self.namespace: dict[str, Any] = {"np_empty": np.empty, "np_copy": np.array, "copy_value": copy_value,
+                                          "clock": time.perf_counter_ns}
         self._names: dict[int, str] = {}
         self._keep: list[Any] = []           # keeps objects named by id alive
         self.arena_keys: dict[str, tuple] = {}
@@ -221,6 +224,8 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
             returns.append(f"np_copy({w.const(spec.known[v])})")
         elif v in spec.memory.fresh and v not in seen:
             returns.append(f"v{v}")
+        elif spec.types[v] is not None and not isinstance(spec.types[v], TensorType):
+            returns.append(f"copy_value(v{v})")    # a sequence (a list of arrays) or an optional (None)
         else:
             returns.append(f"np_copy(v{v})")
         seen.add(v)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import BackendError, InputError
 from ..ir.graph import Graph
-from ..ir.types import TensorType
+from ..ir.types import OptionalType, SequenceType, ValueType
 from .compiler import compile
 from .plan import Plan
 
@@ -37,10 +37,21 @@ class NodeArg:
     type: str
 
     @staticmethod
-    def of(name: str, t: TensorType | None) -> NodeArg:
+    def of(name: str, t: ValueType | None) -> NodeArg:
+        """onnxruntime's description: a sequence is "seq(tensor(float))", an optional "optional(...)" (no shape)."""
         if t is None:
             return NodeArg(name, None, "tensor(undefined)")
+        if isinstance(t, (SequenceType, OptionalType)):
+            return NodeArg(name, None, _ort_value_type(t))
         return NodeArg(name, None if t.shape is None else list(t.shape), ort_type(t.dtype))
+
+
+def _ort_value_type(t: ValueType) -> str:
+    if isinstance(t, SequenceType):
+        return f"seq({_ort_value_type(t.elem)})"
+    if isinstance(t, OptionalType):
+        return f"optional({_ort_value_type(t.elem)})"
+    return ort_type(t.dtype)
 
 
 @dataclass(frozen=True)

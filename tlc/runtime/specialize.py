@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import ShapeInferenceError, ShapeMismatchError, TlcError
 from ..ir.graph import Graph, Value
-from ..ir.types import TensorType, np_dtype
+from ..ir.types import TensorType, ValueType, is_tensor, np_dtype
 from ..ops import Trait, opdef_of
 from .bound import Bound, NotNative
 from .impl import BindContext, ReferenceImpl, RunNode, opdef_attrs
@@ -46,7 +46,7 @@ class Active:
 class Specialization:
     """``program`` bound to concrete ``types`` (see the module docstring)."""
 
-    def __init__(self, program: Program, types: list[TensorType | None], options: CompileOptions,
+    def __init__(self, program: Program, types: list[ValueType | None], options: CompileOptions,
                  run_node: RunNode, signature: str):
         self.program = program
         self.types = list(types)
@@ -57,7 +57,7 @@ class Specialization:
         self.folded: list[Step] = []
         types = self.types
         for step in program.steps:
-            if not all(types[o] is not None and types[o].is_static for o in step.outputs):
+            if not all(_static(types[o]) for o in step.outputs):
                 self._infer(step)
             if self._fold(step, run_node):
                 self.folded.append(step)
@@ -66,7 +66,7 @@ class Specialization:
                               [types[i] if i < len(types) else None for i in step.inputs],
                               [types[o] for o in step.outputs], self.known, self.strides, options, run_node)
             try:
-                if not all(t is not None and t.is_static for t in ctx.out_types):
+                if not all(_static(t) for t in ctx.out_types) and all(map(is_tensor, ctx.in_types + ctx.out_types)):
                     raise NotNative("the output's shape depends on the input data")
                 bound = step.impl.bind(ctx)
             except NotNative as exc:
@@ -93,7 +93,11 @@ class Specialization:
     # ------------------------------------------------------------------ folding values fixed by the shapes
     def _infer(self, step: Step) -> None:
         """Re-infer ``step``'s output types from its inputs' types and the values known for this signature (a
-        Reshape whose shape was computed from the input shapes has a static output only now)."""
+        Reshape whose shape was computed from the input shapes has a static output only now). A step on sequence
+        or optional values keeps its types (it runs its reference, whatever they are)."""
+        types = [self.types[v] for v in step.inputs + step.outputs if v < len(self.types)]
+        if any(t is not None and not isinstance(t, TensorType) for t in types):
+            return
         g = Graph("infer")
         ins = []
         for port, v in enumerate(step.inputs):
@@ -122,13 +126,13 @@ class Specialization:
                 ins.append(self.known[v])
             elif v >= len(types):
                 ins.append(None)
-            elif port == 0 and opdef.has(Trait.SHAPE_ONLY) and types[v] is not None and types[v].is_static:
+            elif port == 0 and opdef.has(Trait.SHAPE_ONLY) and _static(types[v]):
                 t = types[v]   # only the shape is read: a broadcast zero, nothing allocated
                 ins.append(np.broadcast_to(np.zeros((), np_dtype(t.dtype)), tuple(t.shape)))
             else:
                 return False
         outs = [types[o] for o in step.outputs]
-        if any(t is None or not t.is_static or int(np.prod(t.shape)) > FOLD_MAX_ELEMENTS for t in outs):
+        if any(not _static(t) or int(np.prod(t.shape)) > FOLD_MAX_ELEMENTS for t in outs):
             return False
         try:
             results = run_node(step.node, ins)
@@ -170,7 +174,12 @@ class Specialization:
         return a.bound.calls, "fallback"
 
 
-def bound_types(program: Program, shapes: dict[str, tuple[int, ...]]) -> list[TensorType | None]:
+def _static(t: ValueType | None) -> bool:
+    """A tensor type whose every dim is known (a sequence or optional value never is)."""
+    return isinstance(t, TensorType) and t.is_static
+
+
+def bound_types(program: Program, shapes: dict[str, tuple[int, ...]]) -> list[ValueType | None]:
     """Every value's type with the feeds' shapes bound (type inference re-run on a copy of the graph)."""
     g = program.graph.copy()
     for name, _, t in program.feeds:

@@ -9,16 +9,18 @@ disturb the constants the recognitions look for.
 from __future__ import annotations
 
 from ..rewrite import Rule, RuleSet
-from . import algebraic, arith, batchnorm, gelu, gemm, layernorm, power, softmax
+from . import algebraic, arith, batchnorm, gelu, gemm, layernorm, power, qdq, softmax, transformer
 
 RULE_SETS: tuple[RuleSet, ...] = (
     algebraic.RULES,
     power.RULES,
     batchnorm.RULES,
+    qdq.RULES,
     gemm.RULES,
     layernorm.RULES,
     gelu.RULES,
     softmax.RULES,
+    transformer.RULES,
     arith.RULES,
 )
 

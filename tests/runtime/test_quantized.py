@@ -1,0 +1,230 @@
+"""Quantized products: the integer kernels (``tlc.kernels.qgemm`` through ``tlc.runtime.quantized``) against the
+op references bit for bit, the ``qdq`` rewrite (fires, refuses, numbers before and after), and the QDQ conv net
+against onnxruntime. Few kernels compile (output int32 or bytes, one part or two); many cases share them."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import tlc
+from tlc.io.onnx import from_onnx
+from tlc.passes.rewrite import Tracer
+from tlc.passes.rules import qdq
+from tlc.passes.simplify import SimplifyPass
+from tlc.runtime import ops as runtime_ops
+from tlc.runtime import quantized
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import models  # noqa: E402  (tools/ is not a package)
+
+ONNX_TYPES = {np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8,
+              np.dtype(np.int32): TensorProto.INT32, np.dtype(np.float32): TensorProto.FLOAT}
+
+
+@pytest.fixture(autouse=True)
+def quantized_ops():
+    """The quantized entries in the runtime's op table (``tlc.runtime.ops`` reads it when a graph is lowered)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for op, factory in quantized.CPU_OPS.items():
+            mp.setitem(runtime_ops.CPU_OPS, op, factory)
+        yield
+
+
+def byte(rng, shape, dtype):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, int(info.max) + 1, shape, dtype=dtype)
+
+
+def f32(value) -> np.ndarray:
+    return np.asarray(value, np.float32)
+
+
+def product_model(cases: list[tuple], feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """One node per case ``(op, name, [input: str graph input or array initializer or None], attrs)``."""
+    nodes, inits = [], []
+    for op, name, inputs, attrs in cases:
+        names = []
+        for k, value in enumerate(inputs):
+            if value is None or isinstance(value, str):
+                names.append(value or "")
+            else:
+                inits.append(numpy_helper.from_array(np.asarray(value), f"{name}_{k}"))
+                names.append(f"{name}_{k}")
+        nodes.append(helper.make_node(op, names, [name], name=name, **attrs))
+    graph = helper.make_graph(
+        nodes, "products", [helper.make_tensor_value_info(n, ONNX_TYPES[a.dtype], a.shape) for n, a in feeds.items()],
+        [helper.make_tensor_value_info(c[1], TensorProto.UNDEFINED, None) for c in cases], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+def kernel_cases(rng):
+    feeds = {"xu": byte(rng, (2, 8, 9, 11), np.uint8), "xs": byte(rng, (1, 6, 7, 7), np.int8),
+             "big": byte(rng, (1, 32, 28, 28), np.uint8), "au": byte(rng, (2, 3, 5, 40), np.uint8),
+             "as": byte(rng, (7, 33), np.int8), "bt": byte(rng, (33, 5), np.int8)}
+    wu8 = byte(rng, (12, 4, 3, 3), np.uint8)
+    wi8 = byte(rng, (12, 4, 3, 3), np.int8)
+    per_ch = (rng.random(12) * 2e-3 + 1e-4).astype(np.float32)
+    bias = rng.integers(-20000, 20000, 12).astype(np.int32)
+    cases = [
+        ("QLinearConv", "qc_grouped", ["xu", f32(0.02), np.uint8(121), wi8, per_ch, np.zeros(12, np.int8), f32(0.05),
+                                        np.uint8(7), bias], dict(group=2, pads=[1, 0, 2, 1], strides=[2, 1])),
+        ("QLinearConv", "qc_dilated", ["xu", f32(0.01), np.uint8(0), wu8, f32(1e-3), byte(rng, 12, np.uint8),
+                                        f32(0.3), np.int8(-3)], dict(group=2, dilations=[2, 3], pads=[2, 2, 2, 2])),
+        ("QLinearConv", "qc_saturating", ["xs", f32(0.5), np.int8(-4), byte(rng, (5, 6, 3, 3), np.int8), f32(0.1),
+                                           np.int8(0), f32(0.01), np.int8(0)], dict(auto_pad="SAME_UPPER")),
+        ("QLinearConv", "qc_depthwise", ["xs", f32(0.02), np.int8(3), byte(rng, (6, 1, 3, 3), np.int8),
+                                          (rng.random(6) * 0.01).astype(np.float32), np.zeros(6, np.int8),
+                                          f32(0.04), np.uint8(128), bias[:6]], dict(group=6, pads=[1, 1, 1, 1])),
+        ("QLinearConv", "qc_parallel", ["big", f32(0.02), np.uint8(128), byte(rng, (64, 32, 3, 3), np.int8),
+                                         (rng.random(64) * 1e-3).astype(np.float32), np.zeros(64, np.int8),
+                                         f32(0.2), np.uint8(100), bias.repeat(6)[:64]], dict(pads=[1, 1, 1, 1])),
+        ("ConvInteger", "ci_zero", ["xu", wi8, np.uint8(200), np.int8(-5)], dict(group=2, strides=[1, 2])),
+        ("ConvInteger", "ci_plain", ["xs", byte(rng, (3, 6, 1, 1), np.int8)], {}),
+        ("ConvInteger", "ci_channel_zero", ["xu", wu8, None, byte(rng, 12, np.uint8)],
+         dict(group=2, pads=[0, 1, 0, 1])),
+        ("MatMulInteger", "mi_batched", ["au", byte(rng, (40, 9), np.uint8), np.uint8(17), byte(rng, 9, np.uint8)], {}),
+        ("MatMulInteger", "mi_signed", ["as", byte(rng, (33, 4), np.int8), np.int8(-128)], {}),
+        ("MatMulInteger", "mi_runtime_b", ["as", "bt"], {}),   # B is no constant: the reference runs it
+        ("QLinearMatMul", "qm_columns", ["au", f32(0.03), np.uint8(130), byte(rng, (40, 16), np.int8),
+                                         (rng.random(16) * 0.01).astype(np.float32), np.zeros(16, np.int8),
+                                         f32(0.02), np.int8(0)], {}),
+        ("QLinearMatMul", "qm_signed", ["as", f32(0.1), np.int8(1), byte(rng, (33, 3), np.uint8), f32(0.02),
+                                        np.uint8(128), f32(0.5), np.uint8(128)], {}),
+    ]
+    return cases, feeds
+
+
+def test_kernels_equal_the_references_exactly(rng):
+    cases, feeds = kernel_cases(rng)
+    graph = from_onnx(product_model(cases, feeds))[0]
+    expected = tlc.reference.run(graph, feeds)
+    plan = tlc.compile(graph, opt_level=0, jit="eager", num_threads=2)
+    for _ in range(2):   # the second run reuses the arena
+        got = plan.run(feeds)
+        for name, want in expected.items():
+            assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+            np.testing.assert_array_equal(got[name], want, err_msg=name)
+    stats = plan.stats()
+    text = str(stats)
+    assert text.count("integer product") == len(cases) - 1, text
+    assert "2 part(s)" in text, text               # qc_parallel ran in parts
+    assert "not a constant" in text, text          # mi_runtime_b on the reference, with the reason
+    one = tlc.compile(graph, opt_level=0, jit="eager", num_threads=1).run(feeds)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(one[name], want, err_msg=name)
+
+
+# ---------------------------------------------------------------------------- the rewrite
+def qdq_model(op: str = "Conv", relu: bool = False, y_zero: int = 0, w_axis: int = 0, bias: bool = True,
+              extra_add: bool = False) -> onnx.ModelProto:
+    """x -> Q -> DQ -> op(DQ(w_q), DQ(b_q)) [-> Relu] [-> Add] -> Q -> DQ -> y, as quantizers write it."""
+    rng = np.random.default_rng(3)
+    b = models._Builder(seed=3)
+    h = models._qdq(b, "x", 8 / 255, 128)
+    if op == "Conv":
+        w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32) * 0.2
+        wq, w_scale = models._qdq_weight(b, w, axis=w_axis)
+        inputs = [h, wq]
+        if bias:
+            b_scale = (np.float32(8 / 255) * w_scale).astype(np.float32)
+            bq = np.rint(0.1 * rng.standard_normal(8) / b_scale).astype(np.int32)
+            inputs.append(b.op("DequantizeLinear", b.const(bq), b.const(b_scale), b.const(np.zeros(8, np.int32)),
+                               axis=0))
+        y = b.op("Conv", *inputs, pads=[1, 1, 1, 1])
+        shape, out = [1, 4, 6, 6], [1, 8, 6, 6]
+    else:
+        w = rng.standard_normal((12, 5)).astype(np.float32) * 0.3
+        y = b.op("MatMul", h, models._qdq_weight(b, w, axis=w_axis)[0])
+        shape, out = [2, 3, 12], [2, 3, 5]
+    if extra_add:
+        y = b.op("Add", y, b.const(np.float32(0.25)))
+    if relu:
+        y = b.op("Relu", y)
+    s, z = b.const(f32(0.05)), b.const(np.array(y_zero, np.uint8))
+    b.rename(b.op("DequantizeLinear", b.op("QuantizeLinear", y, s, z), s, z), "y")
+    return b.model("qdq", [models._vi("x", shape)], [models._vi("y", out)])
+
+
+def rewritten(model: onnx.ModelProto, passes: str | None) -> tuple[Counter, Tracer, np.ndarray, np.ndarray]:
+    """(ops after, tracer, output before, output after) of ``passes`` (None: -O2) on the reference executor."""
+    graph = from_onnx(model)[0]
+    tracer = Tracer()
+    if passes is None:
+        after, _ = tlc.optimize(graph, opt_level=2)
+    else:
+        after, _ = tlc.optimize(graph, passes=passes)
+    probe = tlc.optimize(graph, passes="fold,dce")[0] if passes is None else graph.copy()
+    SimplifyPass(tlc.PassOptions(opt_level=2), tracer=tracer).run(probe)
+    feeds = models.random_feeds(model)
+    before = tlc.reference.run(graph, feeds)["y"]
+    return Counter(n.op for n in after.nodes()), tracer, before, tlc.reference.run(after, feeds)["y"]
+
+
+@pytest.mark.parametrize("passes", ["simplify", None], ids=["dq-weights", "folded-weights"])
+@pytest.mark.parametrize("op,relu,bias,fused", [("Conv", True, True, "QLinearConv"),
+                                                ("Conv", False, False, "QLinearConv"),
+                                                ("MatMul", False, False, "QLinearMatMul"),
+                                                ("MatMul", True, False, "QLinearMatMul")])
+def test_qdq_rewrite_fires(passes, op, relu, bias, fused):
+    model = qdq_model(op, relu=relu, bias=bias, w_axis=0 if op == "Conv" else 1)
+    ops, tracer, before, after = rewritten(model, passes)
+    assert ops[fused] == 1 and ops[op] == 0 and ops["Relu"] == 0, ops
+    assert ops["QuantizeLinear"] == 1 and ops["DequantizeLinear"] == 1, ops   # the input's Q, the output's DQ
+    assert any(rule.startswith("qdq-") for rule, _ in tracer.applied), tracer.report()
+    assert np.abs(after - before).max() <= 0.05 + 1e-6   # within one output quantization step
+
+
+@pytest.mark.parametrize("kwargs,reason", [
+    (dict(op="Conv", relu=True, y_zero=128), "saturation is not the Relu"),
+    (dict(op="Conv", w_axis=1, bias=False), "quantized along axis 1"),
+    (dict(op="MatMul", w_axis=0), "quantized along axis 0"),
+    (dict(op="MatMul", w_axis=1, extra_add=True), None),   # MatMul + Add: QLinearMatMul has no bias
+])
+def test_qdq_rewrite_refuses(kwargs, reason):
+    model = qdq_model(**kwargs)
+    ops, tracer, before, after = rewritten(model, "simplify")
+    assert ops["QLinearConv"] == 0 and ops["QLinearMatMul"] == 0, ops
+    if reason is not None:
+        assert reason in tracer.report(), tracer.report()
+    np.testing.assert_array_equal(before, after)
+
+
+def test_recover_int8_only_when_exact(rng):
+    w = rng.standard_normal((6, 3, 3, 3)).astype(np.float32)
+    scale = (np.abs(w).reshape(6, -1).max(axis=1) / 127).astype(np.float32)
+    q = np.rint(w / scale[:, None, None, None]).astype(np.int8)
+    folded = q.astype(np.float32) * scale[:, None, None, None]
+    found = qdq.recover_int8(folded, 0)
+    assert found is not None
+    q2, s2, z2 = found
+    np.testing.assert_array_equal(q2.astype(np.float32) * s2[:, None, None, None], folded)
+    assert not z2.any()
+    assert qdq.recover_int8(w, 0) is None            # float weights that no int8 grid reproduces
+    folded[0, 0, 0, 0] = np.nextafter(folded[0, 0, 0, 0], np.float32(9))
+    assert qdq.recover_int8(folded, 0) is None       # one weight off by an ulp
+
+
+# ---------------------------------------------------------------------------- the QDQ model
+def test_qdq_convnet_runs_as_integers_and_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    model = models.qdq_convnet(small=True)
+    feeds = models.random_feeds(model)
+    graph = from_onnx(model)[0]
+    plan = tlc.compile(graph, opt_level=2, jit="eager", num_threads=1)
+    got = plan.run(feeds)["y"]
+    text = str(plan.stats())
+    assert text.count("QLinearConv") == 4 and text.count("QLinearMatMul") == 1, text
+    assert "Conv " not in text.replace("QLinearConv ", ""), text
+    reference = tlc.reference.run(graph, feeds)["y"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, feeds)[0]
+    step = 16 / 255   # the logits' quantization step
+    assert np.abs(got - reference).max() <= step + 1e-6
+    assert np.abs(got - theirs).max() <= step + 1e-6

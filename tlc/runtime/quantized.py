@@ -1,0 +1,189 @@
+"""Quantized products on the CPU: MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv as integer products
+(``tlc.kernels.qgemm``) with the weight's zero point subtracted once, at bind time.
+
+What runs natively: a constant weight (B of a MatMul, 2-D; W of a 2-D Conv), uint8/int8 operands, a per-tensor
+activation zero point and scale, a per-tensor or per-output-channel (per-column for a MatMul) weight zero point
+and scale, a per-tensor output scale and zero point, and constant scales and zero points. Anything else (a
+runtime weight, float8, per-row A parameters, 1-D or 3-D convolutions, the JIT off) runs the op's reference,
+with the reason in ``plan.stats()``.
+
+The table entries (``CPU_OPS``) are meant for ``tlc.runtime.ops.CPU_OPS``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..ir.graph import Node
+from ..kernels import gemm, qgemm
+from .bound import Bound, Call, KernelRequest, NotNative, V, W
+from .impl import BindContext, StepImpl, fallback_calls, spatial_window
+from .options import CompileOptions
+
+
+class Ports(NamedTuple):
+    """Where each operand of a quantized product is among its node's inputs (-1: the op has none)."""
+
+    x: int
+    x_scale: int
+    x_zero: int
+    w: int
+    w_scale: int
+    w_zero: int
+    y_scale: int
+    y_zero: int
+    bias: int
+    conv: bool
+
+
+PORTS = {
+    "MatMulInteger": Ports(0, -1, 2, 1, -1, 3, -1, -1, -1, False),
+    "QLinearMatMul": Ports(0, 1, 2, 3, 4, 5, 6, 7, -1, False),
+    "ConvInteger": Ports(0, -1, 2, 1, -1, 3, -1, -1, -1, True),
+    "QLinearConv": Ports(0, 1, 2, 3, 4, 5, 6, 7, 8, True),
+}
+BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _present(ctx: BindContext, port: int) -> bool:
+    return 0 <= port < len(ctx.inputs) and ctx.in_types[port] is not None
+
+
+def _const(ctx: BindContext, port: int, what: str) -> np.ndarray | None:
+    """Input ``port`` as a constant array, None when the op has no such input or it is absent."""
+    return ctx.require_const(port, what) if _present(ctx, port) else None
+
+
+def _scalar(array: np.ndarray | None, what: str, default: float = 0.0) -> float:
+    if array is None:
+        return default
+    if array.size != 1:
+        raise NotNative(f"{what} has {array.size} values; only a per-tensor {what} is native")
+    return float(array.reshape(()))
+
+
+def _per_channel(array: np.ndarray | None, channels: int, what: str) -> np.ndarray:
+    """A weight parameter as a vector over the output channels (one value repeated for a per-tensor one)."""
+    if array is None:
+        return np.zeros(channels)
+    flat = array.reshape(-1)
+    if flat.size not in (1, channels):
+        raise NotNative(f"{what} has {flat.size} values for {channels} output channels")
+    return np.broadcast_to(flat, (channels,))
+
+
+class QuantizedProductImpl(StepImpl):
+    """One quantized product (see the module docstring)."""
+
+    mode = "native"
+    reason = "integer product: exact float32 BLAS chunks, int32 wrap or requantization per part"
+
+    def __init__(self, op: str, attrs: dict[str, Any]):
+        self.op = op
+        self.ports = PORTS[op]
+        self.attrs = attrs
+
+    def bind(self, ctx: BindContext) -> Bound:
+        if not ctx.options.jit_enabled:
+            raise NotNative("the JIT is off (the product is a compiled kernel)")
+        ports = self.ports
+        shapes = ctx.in_shapes()
+        (y,) = ctx.out_shapes()
+        x_dtype, out_dtype = np.dtype(ctx.in_types[ports.x].dtype), ctx.out_dtype()
+        w = ctx.require_const(ports.w, "the weight")
+        if x_dtype not in BYTES or w.dtype not in BYTES:
+            raise NotNative(f"{x_dtype} x {w.dtype} is not native (uint8/int8 only)")
+        if not ctx.contiguous(ports.x):
+            raise NotNative("a strided input")
+        if 0 in shapes[ports.x] or 0 in w.shape or 0 in y:
+            raise NotNative("an empty operand")
+        x_zero = int(_scalar(_const(ctx, ports.x_zero, "x_zero_point"), "x_zero_point"))
+        if ports.conv:
+            geo_args, weight, macs = self._conv(ctx, shapes[ports.x], w, y)
+        else:
+            geo_args, weight, macs = self._matmul(shapes[ports.x], w, y)
+        channels = weight.shape[0] * weight.shape[1]
+        w_zero = _per_channel(_const(ctx, ports.w_zero, "w_zero_point"), channels, "w_zero_point")
+        centered = weight.astype(np.int64) - w_zero.astype(np.int64).reshape(weight.shape[:2] + (1,))
+        kc = qgemm.chunk_depth(qgemm.centered_bound(x_dtype, x_zero), int(np.abs(centered).max()))
+        requant = out_dtype != np.int32
+        s1, s2, y_scale, y_zero, lo, hi, bias = self._epilogue(ctx, channels, requant)
+        nparts = gemm.parts_for(macs, ctx.threads)
+        geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=kc,
+                             mode=qgemm.MODE_REQUANT if requant else qgemm.MODE_INT32,
+                             per_channel=s2.size > 1, nparts=nparts)
+        cols, prods = qgemm.scratch_sizes(geo, nparts)
+        work = [((nparts, cols), np.dtype(np.float32)), ((nparts, prods), np.dtype(np.float32)),
+                ((nparts, prods), np.dtype(np.float64))]
+        args = (V(ctx.inputs[ports.x]), np.ascontiguousarray(centered, np.float32), V(ctx.outputs[0]), geo, bias,
+                s1, s2, y_scale, y_zero, lo, hi, W(0), W(1), W(2), nparts)
+        native = [Call(qgemm.run, args)]
+        note = f"integer product, depth chunks of {kc}, {nparts} part(s), {int(geo[qgemm.G_SLABS])} slab(s)"
+        return Bound(fallback_calls(ctx), mode="native", workspace=work, blas=True, note=note,
+                     request=KernelRequest("qgemm", lambda alias: qgemm.compile_for(out_dtype, nparts),
+                                           lambda kern, alias: native))
+
+    def _conv(self, ctx: BindContext, x: tuple[int, ...], w: np.ndarray, y: tuple[int, ...]):
+        """(geometry arguments, weight as [G, MG, depth], multiply-adds) of a 2-D convolution."""
+        if len(x) != 4:
+            raise NotNative(f"only 2-D convolutions are native (input rank {len(x)})")
+        group = int(self.attrs.get("group", 1))
+        window, begins, _ = spatial_window(self.attrs, w.shape[2:], x[2:])
+        m, cg = w.shape[:2]
+        if m % group or cg * group != x[1]:
+            raise NotNative(f"weight {list(w.shape)} does not fit input {list(x)} with group {group}")
+        n, c, h, wd = x
+        oh, ow = y[2], y[3]
+        geo_args = (n, group, cg, m // group, (h, wd), (c * h * wd, h * wd, wd, 1), tuple(w.shape[2:]),
+                    tuple(window.strides), tuple(begins), tuple(window.dilations), (oh, ow),
+                    (m * oh * ow, oh * ow, 1))
+        weight = w.reshape(group, m // group, -1)
+        return geo_args, weight, n * m * oh * ow * int(np.prod(w.shape[1:]))
+
+    def _matmul(self, x: tuple[int, ...], w: np.ndarray, y: tuple[int, ...]):
+        """A [..., M, K] @ B [K, N] as the product of B^T's rows with A's rows (see ``tlc.kernels.qgemm``)."""
+        if w.ndim != 2 or len(x) < 2:
+            raise NotNative(f"only A [..., M, K] @ constant B [K, N] is native (shapes {list(x)}, {list(w.shape)})")
+        k, n = w.shape
+        rows = math.prod(x[:-1])
+        geo_args = (1, 1, k, n, (1, rows), (0, 1, 0, k), (1, 1), (1, 1), (0, 0), (1, 1), (1, rows), (0, 1, n))
+        return geo_args, w.T.reshape(1, n, k), rows * n * k
+
+    def _epilogue(self, ctx: BindContext, channels: int, requant: bool):
+        """(s1, s2, y_scale, y_zero, lo, hi, bias) of the kernel's epilogue, in the reference's float64 order."""
+        ports = self.ports
+        bias = np.zeros(0)
+        b = _const(ctx, ports.bias, "the bias")
+        if b is not None:
+            bias = np.ascontiguousarray(_per_channel(b, channels, "the bias"), np.float64)
+        if not requant:
+            return 1.0, np.ones(1), 1.0, 0.0, 0.0, 0.0, bias
+        x_scale = _scalar(_const(ctx, ports.x_scale, "x_scale"), "x_scale")
+        w_scale = ctx.require_const(ports.w_scale, "w_scale").astype(np.float64).reshape(-1)
+        if w_scale.size not in (1, channels):
+            raise NotNative(f"w_scale has {w_scale.size} values for {channels} output channels")
+        y_scale = _scalar(ctx.require_const(ports.y_scale, "y_scale"), "y_scale")
+        y_zero_array = ctx.require_const(ports.y_zero, "y_zero_point")
+        y_zero = _scalar(y_zero_array, "y_zero_point")
+        info = np.iinfo(y_zero_array.dtype)
+        if ports.conv:   # the reference: acc * (x_scale * w_scale)
+            s1, s2 = 1.0, np.float64(x_scale) * w_scale
+        else:            # the reference: acc * a_scale * b_scale
+            s1, s2 = x_scale, w_scale
+        return s1, np.ascontiguousarray(s2), y_scale, y_zero, float(info.min), float(info.max), bias
+
+
+def _factory(op: str):
+    def factory(attrs: dict[str, Any], node: Node, options: CompileOptions) -> StepImpl:
+        if node.num_outputs != 1:
+            raise NotNative(f"only the single-output form is native ({node.num_outputs} outputs)")
+        return QuantizedProductImpl(op, attrs)
+
+    return factory
+
+
+#: qualified op name -> factory, the entries for ``tlc.runtime.ops.CPU_OPS``
+CPU_OPS = {op: _factory(op) for op in PORTS}
