@@ -133,7 +133,7 @@ def _layout_sensitive(case) -> bool:
 
 #: CI runs the compiled plans on every SAMPLE-th passing case (sorted by name, so the sample is fixed); the full
 #: matrix is tools/conformance.py --compiled (docs/conformance.md), or TLC_TESTS_FULL=1 here (tests/conftest.py)
-SAMPLE = 1 if os.environ.get("TLC_TESTS_FULL") else 4
+SAMPLE = 1 if os.environ.get("TLC_TESTS_FULL") else 7
 
 
 @pytest.mark.slow
@@ -153,7 +153,9 @@ def test_pass_rates_of_the_reference_and_of_compiled_plans_meet_the_targets():
     assert s["pass_rate"] >= conformance.TARGET_RATE, (f"pass rate {s['pass_rate']:.3f} < "
                                                         f"{conformance.TARGET_RATE}:\n" + "\n".join(failing))
     passing = sorted(r.name for r in results if r.status == "pass" and r.kind == "node")
-    assert len(passing) >= 1000
+    assert len(passing) >= 1860  # of 1884 (issue 10: at least 1750; onnxruntime 1.32 passes 1345)
+    unexplained = [r.name for r in results if r.status != "pass" and conformance.why_not(r.name) == "not explained"]
+    assert not unexplained, f"cases that do not pass with no reason in tools/conformance.py's WHY_NOT: {unexplained}"
     sample = set(passing[::SAMPLE])
     cases = [c for c in node_cases if c.name in sample]
     o2, o3 = onnx_cases.CompiledRunner(opt_level=2), onnx_cases.CompiledRunner(opt_level=3)

@@ -6,8 +6,9 @@
 
 Suites: ``classic`` (the five models of shared/bench/README.md), ``real`` (tools/models.py's REAL_MODELS at each
 ``--batch``, named ``resnet18_b8``; ``dynamic_batch`` is one file with a symbolic batch, fed each batch size),
-``tiny`` (TINY_MODELS, per-run overhead graphs, at their own batch) and ``all``. The real and tiny suites race
-tlc -O2 against onnxruntime ORT_ENABLE_ALL only.
+``tiny`` (TINY_MODELS, per-run overhead graphs, at their own batch), ``ops`` (OPS_MODELS at each ``--batch``: a
+PyTorch-style LSTM -> GRU tagger, an RNN written as a Loop with an If in its body, a QDQ-quantized conv net) and
+``all``. The real, tiny and ops suites race tlc -O2 against onnxruntime ORT_ENABLE_ALL only.
 
 Contenders of the classic suite, interleaved round-robin so drift hits all alike: tlc -O0 (the reference
 executor), tlc -O2 and -O3 (eager JIT), onnxruntime with ORT_ENABLE_ALL and ORT_DISABLE_ALL, all at the same
@@ -54,7 +55,7 @@ import numpy as np  # noqa: E402
 import models  # noqa: E402  (tools/ is not a package)
 
 ALL_MODELS = ["mlp", "transformer_block", "elementwise_chain", "layernorm_softmax", "resnet50_light"]
-SUITES = {"classic": ALL_MODELS, "real": models.REAL_MODELS, "tiny": models.TINY_MODELS}
+SUITES = {"classic": ALL_MODELS, "real": models.REAL_MODELS, "tiny": models.TINY_MODELS, "ops": models.OPS_MODELS}
 FULL_CONTENDERS = ("tlc -O0", "tlc -O2", "tlc -O3", "ORT all", "ORT none")
 LEAN_CONTENDERS = ("tlc -O2", "ORT all")      # the real and tiny suites
 QUICK_ROUNDS = 3
@@ -127,7 +128,7 @@ def cases(names: list[str], batches: list[int]) -> list[Case]:
     rows = []
     for name in names:
         suite = suite_of(name)
-        if suite != "real":
+        if suite not in ("real", "ops"):
             rows.append(Case(name, name, suite))
             continue
         # NOTE: a symbolic-batch model (dynamic_batch) builds one file whatever the batch; it is fed batch B

@@ -552,19 +552,109 @@ def qdq_convnet(batch: int = 1, small: bool = False) -> onnx.ModelProto:
     return b.model("qdq_convnet", [_vi("x", [batch, 3, size, size])], [_vi("y", [batch, 10])])
 
 
+def lstm_gru_tagger(batch: int | str = 1, small: bool = False, *, seq: int | str | None = None) -> onnx.ModelProto:
+    """A 2-layer tagger as torch.onnx exports it (opset 17): nn.LSTM(64, 128, bidirectional=True), its two
+    directions merged by Transpose + Reshape, then nn.GRU(256, 128) (linear_before_reset), 50 steps; PyTorch's
+    init (uniform in +-1/sqrt(hidden)); initial states are inputs. small: 8 steps, 16 in, 24 hidden; ``seq``
+    sets the steps; a str batch or seq is a symbolic dim (tools/bench_recurrent.py)."""
+    steps, size, h = (8, 16, 24) if small else (50, 64, 128)
+    seq = seq or steps
+    rng = np.random.default_rng(21)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.uniform(-1 / math.sqrt(h), 1 / math.sqrt(h), shape).astype(np.float32),
+                                       name)
+
+    inits = [weight("lstm_w", 2, 4 * h, size), weight("lstm_r", 2, 4 * h, h), weight("lstm_b", 2, 8 * h),
+             weight("gru_w", 1, 3 * h, 2 * h), weight("gru_r", 1, 3 * h, h), weight("gru_b", 1, 6 * h),
+             numpy_helper.from_array(np.array([0, 0, -1], np.int64), "merge_directions"),
+             numpy_helper.from_array(np.array([1], np.int64), "direction_axis")]
+    nodes = [
+        helper.make_node("LSTM", ["x", "lstm_w", "lstm_r", "lstm_b", "", "h0", "c0"], ["lstm_y", "h_n", "c_n"],
+                         name="LSTM_0", hidden_size=h, direction="bidirectional"),
+        helper.make_node("Transpose", ["lstm_y"], ["lstm_t"], name="Transpose_1", perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["lstm_t", "merge_directions"], ["lstm_out"], name="Reshape_2"),
+        helper.make_node("GRU", ["lstm_out", "gru_w", "gru_r", "gru_b", "", "h1"], ["gru_y", "gru_h_n"],
+                         name="GRU_3", hidden_size=h, linear_before_reset=1),
+        helper.make_node("Squeeze", ["gru_y", "direction_axis"], ["y"], name="Squeeze_4"),
+    ]
+    graph = helper.make_graph(
+        nodes, "lstm_gru_tagger",
+        [_vi("x", [seq, batch, size]), _vi("h0", [2, batch, h]), _vi("c0", [2, batch, h]), _vi("h1", [1, batch, h])],
+        [_vi("y", [seq, batch, h]), _vi("h_n", [2, batch, h]), _vi("c_n", [2, batch, h]),
+         _vi("gru_h_n", [1, batch, h])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="pytorch")
+    model.ir_version = IR_VERSION
+    return model
+
+
+def rnn_loop(batch: int | str = 1, small: bool = False, *, seq: int | None = None,
+             hidden: int | None = None) -> onnx.ModelProto:
+    """An RNN written as a Loop (opset 17), with an If in its body: h_t = tanh(x[t] @ W + h @ R + b), and where
+    a row of the state passes an L2 norm limit the If rescales the state by limit / norm per row (clipping: 13
+    of the 100 steps at batch 1 on random feeds, 77 at batch 8); the Loop's scan output stacks every h_t. The
+    body reads W, R, b, the limit and x from the outer graph (captures).
+    100 steps of hidden 256; small: 6 steps of 12; ``seq`` and ``hidden`` set them (tools/bench_control.py)."""
+    seq, hidden = seq or (6 if small else 100), hidden or (12 if small else 256)
+    rng = np.random.default_rng(22)
+    f, i64, flag = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    scale = 1 / math.sqrt(hidden)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.uniform(-2 * scale, 2 * scale, shape).astype(np.float32), name)
+
+    clip = helper.make_graph(
+        [helper.make_node("Div", ["limit", "norm"], ["ratio"]), helper.make_node("Mul", ["h_new", "ratio"], ["h_c"])],
+        "clip", [], [helper.make_tensor_value_info("h_c", f, [batch, hidden])])
+    keep = helper.make_graph([helper.make_node("Identity", ["h_new"], ["h_k"])], "keep", [],
+                             [helper.make_tensor_value_info("h_k", f, [batch, hidden])])
+    body = helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["x_t"], axis=0),
+         helper.make_node("MatMul", ["x_t", "w"], ["xw"]),
+         helper.make_node("MatMul", ["h", "r"], ["hr"]),
+         helper.make_node("Add", ["xw", "hr"], ["s"]),
+         helper.make_node("Add", ["s", "bias"], ["s_b"]),
+         helper.make_node("Tanh", ["s_b"], ["h_new"]),
+         helper.make_node("ReduceL2", ["h_new"], ["norm"], axes=[1], keepdims=1),
+         helper.make_node("ReduceMax", ["norm"], ["worst"], keepdims=0),
+         helper.make_node("Greater", ["worst", "limit"], ["too_big"]),
+         helper.make_node("If", ["too_big"], ["h_out"], then_branch=clip, else_branch=keep),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["h_out"], ["h_scan"])],
+        "rnn_body",
+        [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("cond_in", flag, []),
+         helper.make_tensor_value_info("h", f, [batch, hidden])],
+        [helper.make_tensor_value_info("cond_out", flag, []),
+         helper.make_tensor_value_info("h_out", f, [batch, hidden]),
+         helper.make_tensor_value_info("h_scan", f, [batch, hidden])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["steps", "", "h0"], ["h_last", "hs"], name="Loop_0", body=body)], "rnn_loop",
+        [_vi("x", [seq, batch, hidden]), _vi("h0", [batch, hidden])],
+        [_vi("h_last", [batch, hidden]), _vi("hs", [seq, batch, hidden])],
+        [weight("w", hidden, hidden), weight("r", hidden, hidden), weight("bias", hidden),
+         numpy_helper.from_array(np.array(seq, np.int64), "steps"),
+         numpy_helper.from_array(np.array(0.74 * math.sqrt(hidden), np.float32), "limit")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    return model
+
+
 REAL_BUILDERS = {"mobilenetv2": mobilenetv2, "resnet18": resnet18, "vit": vit, "unet": unet,
                  "mlp_mixer": mlp_mixer, "gpt2_block": gpt2_block, "dynamic_batch": dynamic_batch,
                  "tiny_ops_800": tiny_ops_800}
 TINY_BUILDERS = {"relu16": relu16, "branches50": branches50, "small_convnet": small_convnet, "chain100": chain100}
+#: models of the operators beyond the real suite's: recurrent layers, control flow, quantized arithmetic
+OPS_BUILDERS = {"lstm_gru_tagger": lstm_gru_tagger, "rnn_loop": rnn_loop, "qdq_convnet": qdq_convnet}
 REAL_MODELS = list(REAL_BUILDERS)
 TINY_MODELS = list(TINY_BUILDERS)
+OPS_MODELS = list(OPS_BUILDERS)
 #: models with a symbolic batch: one file, fed every batch size
 DYNAMIC_MODELS = {"dynamic_batch"}
 
 
 def build(name: str, batch: int = 1, small: bool = False) -> onnx.ModelProto:
-    """A real-suite or tiny model by name (see ``REAL_MODELS``, ``TINY_MODELS``)."""
-    builders = {**REAL_BUILDERS, **TINY_BUILDERS}
+    """A real-suite, tiny or ops-suite model by name (see ``REAL_MODELS``, ``TINY_MODELS``, ``OPS_MODELS``)."""
+    builders = {**REAL_BUILDERS, **TINY_BUILDERS, **OPS_BUILDERS}
     if name not in builders:
         raise KeyError(f"unknown model {name!r}; known: {', '.join(builders)}")
     return builders[name](batch=batch, small=small)

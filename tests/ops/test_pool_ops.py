@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nn_helpers import check_against_ort, check_backend_case, output_types
+from nn_helpers import check_against_ort, check_backend_case, output_types, run_ort, run_tlc, single_node_model
 
 import tlc
 from tests.onnx_cases import cases_for
@@ -98,3 +98,17 @@ def test_pool_traits():
         opdef = tlc.ops.get(op)
         assert opdef.has(tlc.ops.Trait.LAYOUT_SENSITIVE) and opdef.is_pure and opdef.doc
     assert tlc.ops.get("GlobalAveragePool").has(tlc.ops.Trait.REDUCTION)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.25])
+def test_max_roi_pool_matches_onnxruntime(rng, scale):
+    """RoIs inside, across and outside the map, one of a single pixel; corners at .5 after scaling."""
+    x = rng.standard_normal((2, 3, 12, 10)).astype(np.float32)
+    rois = np.array([[0, 1, 1, 6, 8], [1, 0, 0, 9, 11], [1, 3.4, 2.6, 3.4, 2.6], [0, -2, -3, 4, 20],
+                     [1, 8, 8, 30, 30], [0, 3, 5, 5, 7]], np.float32)
+    model = single_node_model("MaxRoiPool", {"x": x, "rois": rois}, dict(pooled_shape=[3, 2], spatial_scale=scale))
+    feeds = {"x": x, "rois": rois}
+    (want,) = run_ort(model, feeds)
+    g, (have,) = run_tlc(model, feeds)
+    np.testing.assert_array_equal(have, want)
+    assert output_types(g)[0].shape == (6, 3, 3, 2)

@@ -46,6 +46,7 @@ def test_backend_case(case):
     check_backend_case(case, {})
 
 
+@pytest.mark.sweep   # CI: tests/runtime/test_recurrent_native.py compiles every cell against the reference
 @pytest.mark.parametrize("name", ["test_lstm_with_peepholes", "test_gru_bidirectional"])
 def test_backend_case_compiled(name):
     (case,) = [c for c in CASES if c.name == name]
@@ -288,6 +289,7 @@ def torch_style_lstm_gru(rng, size: int = 5, hidden: int = 4, gru_hidden: int = 
     return model
 
 
+@pytest.mark.sweep   # CI: tests/runtime/test_op_models.py runs tools/models.py's tagger at every opt level
 def test_torch_style_lstm_gru_model_matches_onnxruntime(rng):
     model = torch_style_lstm_gru(rng)
     graph, _ = from_onnx(model)

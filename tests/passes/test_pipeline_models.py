@@ -237,9 +237,14 @@ def test_big_fills_feeding_elementwise_ops_stay(rng):
 
 
 # ---------------------------------------------------------------------------- slow: all light models
+#: the two biggest models' random-weight runs repeat their shipped runs' passes on other numbers: sweeps (CI's time)
+_SWEEP_VARIANTS = {("vgg19", "random"), ("densenet121", "random")}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model, variant", [(m, v) for m in LIGHT_MODELS for v in ("shipped", "random")
-                                            if (m, v) != ("squeezenet", "random")])
+@pytest.mark.parametrize("model, variant", [
+    pytest.param(m, v, marks=[pytest.mark.sweep] if (m, v) in _SWEEP_VARIANTS else [])
+    for m in LIGHT_MODELS for v in ("shipped", "random") if (m, v) != ("squeezenet", "random")])
 def test_light_model_every_pass_every_level(model, variant):
     """Random weights: every level and every pass alone. Shipped: every level (passes alone add little on
     uniform weights), and -O2 still gives the output the ONNX package ships, within its tolerances."""

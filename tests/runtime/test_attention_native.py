@@ -138,6 +138,7 @@ def test_windows_and_nonpad_lengths(rng):
     assert not np.any(y[0])
 
 
+@pytest.mark.sweep   # a second kernel compile (~3 s cold): CI checks float32
 def test_float64(rng):
     check(inputs(rng, dtype=np.float64, hq=4, hkv=2), with_ort=False, rtol=1e-12, atol=1e-13, is_causal=1)
 

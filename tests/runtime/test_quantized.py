@@ -1,6 +1,9 @@
 """Quantized products: the integer kernels (``tlc.kernels.qgemm`` through ``tlc.runtime.quantized``) against the
 op references bit for bit, the ``qdq`` rewrite (fires, refuses, numbers before and after), and the QDQ conv net
-against onnxruntime. Few kernels compile (output int32 or bytes, one part or two); many cases share them."""
+against onnxruntime. Few kernels compile (output int32 or bytes, one part or two); many cases share them. The VNNI
+kernel (``tlc.kernels.qpanel``) on its own against numpy, and the products on it with its edges: a depth no
+multiple of 4, columns no multiple of 16, rows no multiple of the tile, int8 and uint8 activations, weight zero
+points per channel that the signed bytes absorb or leave as a row term."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import tlc
 from tlc.io.onnx import from_onnx
+from tlc.kernels import qgemm, qpanel
 from tlc.passes.rewrite import Tracer
 from tlc.passes.rules import qdq
 from tlc.passes.simplify import SimplifyPass
@@ -116,9 +120,76 @@ def test_kernels_equal_the_references_exactly(rng):
     assert text.count("integer product") == len(cases) - 1, text
     assert "2 part(s)" in text, text               # qc_parallel ran in parts
     assert "not a constant" in text, text          # mi_runtime_b on the reference, with the reason
-    one = tlc.compile(graph, opt_level=0, jit="eager", num_threads=1).run(feeds)
-    for name, want in expected.items():
-        np.testing.assert_array_equal(one[name], want, err_msg=name)
+
+
+def test_vnni_kernel_equals_numpy(rng):
+    if not qpanel.available():
+        pytest.skip(qpanel.REASON)
+    from numba import njit
+
+    @njit(nogil=True)
+    def product(packed, a, lda, c, ldc, rows, k, n, a_xor, init):
+        qpanel.qpanel(packed.ctypes.data, a.ctypes.data, lda, c.ctypes.data, ldc, rows, k, n, a_xor, init.ctypes.data)
+
+    for rows, k, n, a_xor in [(7, 33, 5, 0), (13, 70, 130, 0x80808080), (6, 4, 64, 0), (1, 3, 17, 0x80808080),
+                              (20, 9, 65, 0)]:
+        a = byte(rng, (rows, k + 3), np.uint8)   # rows 3 bytes longer than the depth: lda != k
+        b = byte(rng, (k, n), np.int8)
+        init = np.zeros(qpanel.padded(n), np.int32)
+        init[:n] = rng.integers(-2**31, 2**31 - 1, n)
+        c = np.full((rows, n + 1), 7, np.int32)   # a column past N: never written
+        product(qpanel.pack(b), a, k + 3, c, n + 1, rows, k, n, a_xor, init)
+        want = ((a[:, :k] ^ (a_xor & 255)).astype(np.int64) @ b.astype(np.int64) + init[:n]).astype(np.int32)
+        np.testing.assert_array_equal(c[:, :n], want, err_msg=f"{rows} x {k} x {n}")
+        assert (c[:, n] == 7).all()
+
+
+def vnni_cases(rng):
+    """Products on the VNNI kernel's edges (see the module docstring)."""
+    feeds = {"a8": byte(rng, (13, 37), np.int8), "au": byte(rng, (2, 7, 38), np.uint8),
+             "x8": byte(rng, (2, 12, 9, 10), np.int8), "xu": byte(rng, (1, 20, 7, 6), np.uint8)}
+    per_col = (rng.random(70) * 1e-2 + 1e-3).astype(np.float32)
+    cases = [
+        ("QLinearMatMul", "v_mm_rowterm", ["a8", f32(0.05), np.int8(-9), byte(rng, (37, 70), np.uint8), per_col,
+                                           byte(rng, 70, np.uint8), f32(0.4), np.uint8(100)], {}),
+        ("QLinearMatMul", "v_mm_absorbed", ["au", f32(0.03), np.uint8(131), rng.integers(60, 190, (38, 21))
+                                            .astype(np.uint8), f32(0.01), np.uint8(125), f32(0.2), np.int8(3)], {}),
+        ("MatMulInteger", "v_mi_signed", ["a8", byte(rng, (37, 17), np.int8), np.int8(5), byte(rng, 17, np.int8)], {}),
+        ("ConvInteger", "v_ci_1x1", ["x8", byte(rng, (20, 12, 1, 1), np.int8), np.int8(-3)], {}),
+        ("QLinearConv", "v_qc_uint8_w", ["x8", f32(0.02), np.int8(4), byte(rng, (18, 6, 3, 3), np.uint8),
+                                         (rng.random(18) * 1e-3).astype(np.float32), byte(rng, 18, np.uint8),
+                                         f32(0.1), np.uint8(128), rng.integers(-999, 999, 18).astype(np.int32)],
+         dict(group=2, pads=[1, 2, 0, 1], strides=[2, 1])),
+        ("QLinearConv", "v_qc_odd", ["xu", f32(0.02), np.uint8(77), byte(rng, (20, 20, 3, 2), np.int8),
+                                     (rng.random(20) * 1e-3).astype(np.float32), np.zeros(20, np.int8), f32(0.3),
+                                     np.int8(-2)], dict(pads=[1, 0, 1, 1], dilations=[2, 1])),
+    ]
+    return cases, feeds
+
+
+def test_vnni_products_equal_the_references_exactly(rng):
+    cases, feeds = vnni_cases(rng)
+    graph = from_onnx(product_model(cases, feeds))[0]
+    expected = tlc.reference.run(graph, feeds)
+    for threads in (1, 2):
+        plan = tlc.compile(graph, opt_level=0, jit="eager", num_threads=threads)
+        got = plan.run(feeds)
+        for name, want in expected.items():
+            assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+            np.testing.assert_array_equal(got[name], want, err_msg=name)
+    text = str(plan.stats())
+    if qpanel.available():
+        assert text.count("VNNI int8 kernel") == len(cases), text
+        # v_mm_rowterm, v_mi_signed, v_qc_uint8_w: W - zb does not fit a signed byte
+        assert text.count("row term") == 3 and "channels-last rows" in text, text
+    else:
+        assert text.count(qpanel.REASON) == len(cases), text
+
+
+def test_vnni_exactness_bound():
+    assert qgemm.vnni_exact(10**6, 255, 255, requant=False)          # int32 outputs wrap as the reference does
+    assert qgemm.vnni_exact(33025, 255, 255, requant=True)
+    assert not qgemm.vnni_exact(33026, 255, 255, requant=True)       # sums could pass 2^31: the float path
 
 
 # ---------------------------------------------------------------------------- the rewrite

@@ -150,11 +150,12 @@ def test_optional_outputs(rng, op, outputs):
     check(op, inputs, dict(hidden_size=3, direction="bidirectional"), outputs)
 
 
-#: each of these compiles its own kernels (BLAS on R, float64): CI compiles the LSTM's, the sweep all three
+#: each of these compiles its own kernels (BLAS on R, float64): sweeps (CI's 10 minutes); CI compiles the float32
+#: panel path of every cell
 SWEEP = pytest.mark.sweep
 
 
-@pytest.mark.parametrize("op,attrs", [("LSTM", dict(direction="bidirectional")),
+@pytest.mark.parametrize("op,attrs", [pytest.param("LSTM", dict(direction="bidirectional"), marks=SWEEP),
                                       pytest.param("GRU", {}, marks=SWEEP),
                                       pytest.param("RNN", dict(direction="reverse"), marks=SWEEP)])
 def test_weights_as_graph_inputs(rng, op, attrs):
@@ -165,7 +166,8 @@ def test_weights_as_graph_inputs(rng, op, attrs):
     assert "h @ R^T by BLAS" in step.reason
 
 
-@pytest.mark.parametrize("op,attrs", [("LSTM", dict(direction="bidirectional", input_forget=1)),
+@pytest.mark.parametrize("op,attrs", [pytest.param("LSTM", dict(direction="bidirectional", input_forget=1),
+                                                   marks=SWEEP),
                                       pytest.param("GRU", dict(direction="reverse"), marks=SWEEP),
                                       pytest.param("RNN", dict(direction="bidirectional", clip=0.8), marks=SWEEP)])
 def test_float64(rng, op, attrs):

@@ -48,7 +48,8 @@ from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Value
 from ..ir.text import format_type
 from ..ir.types import SequenceType, TensorType, ValueType, is_tensor
 from ..ops import is_registered
-from ..ops.control import CONTROL_OPS, merge_types
+from ..ops.attention import flex_scores_type
+from ..ops.control import CONTROL_OPS, is_control_op, merge_types
 from .onnx_export import EXPORT_IR_VERSION, FUSED_PREFIX, OUTPUT_ALIAS_DOC, save_onnx, to_onnx
 from .onnx_opset import convert_opset, default_opset
 from .onnx_tensors import (
@@ -314,12 +315,12 @@ class _Builder:
 
     def add_control(self, node: onnx.NodeProto, domain: str, attrs: dict[str, Any],
                     graphs: list[tuple[str, onnx.GraphProto]], where: str) -> None:
-        """An If, Loop, Scan or SequenceMap: bodies built first, then the node with its captures as trailing
-        inputs."""
+        """An If, Loop, Scan, SequenceMap or FlexAttention: bodies built first, then the node with its captures as
+        trailing inputs."""
         g = self.g
-        if domain != "" or node.op_type not in CONTROL_OPS or len({k for k, _ in graphs}) != len(graphs):
-            raise UnsupportedOperatorError(f"{where}: graph attributes are supported on If, Loop, Scan and "
-                                           f"SequenceMap only",
+        if not is_control_op(node.op_type, domain) or len({k for k, _ in graphs}) != len(graphs):
+            known = ", ".join(f"{d}.{op}" if d else op for d, op in sorted(CONTROL_OPS))
+            raise UnsupportedOperatorError(f"{where}: graph attributes are supported on {known} only",
                                            {(domain, node.op_type): 1})
         captures: dict[str, None] = {}
         for _, gp in graphs:
@@ -338,8 +339,8 @@ class _Builder:
         inputs = formal + [self.values[c] for c in captures]
         output_names = [o or g.fresh_name(f"{node.name or node.op_type}_unused{i}") for i, o in enumerate(node.output)]
         name = g.fresh_name(node.name or (node.output[0] if node.output and node.output[0] else node.op_type))
-        outs = g.add_node(node.op_type, inputs, name=name, output_names=output_names, doc=node.doc_string,
-                          attrs=attrs)
+        outs = g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
+                          doc=node.doc_string, attrs=attrs)
         outs = (outs,) if isinstance(outs, Value) else outs
         for out_name, v in zip(node.output, outs):
             if out_name:
@@ -391,6 +392,11 @@ class _Builder:
             implied = [t.elem if isinstance(t, SequenceType) else t for t in map(outer, formal)]
         elif op == "Loop":
             implied = [TensorType("int64", ()), TensorType("bool", ())] + [outer(v) for v in formal[2:]]
+        elif op == "FlexAttention":
+            try:
+                implied = [flex_scores_type(outer(formal[0]), outer(formal[1]), attrs.get("softmax_precision"))]
+            except ValueError as exc:
+                raise InvalidModelError(f"{where}: {exc}") from None
         else:
             m = int(attrs.get("num_scan_inputs", 0))
             n = len(formal) - m

@@ -10,9 +10,10 @@
   their decomposition into ONNX ops (one per distinct body); the importer inlines those.
 - Sequence and optional values get sequence and optional value infos; Optional's ``type`` attribute (text IR
   form in tlc) becomes a TypeProto again.
-- If, Loop, Scan and SequenceMap: bodies become GraphProto attributes. Their captures (trailing node inputs matched to
-  trailing body inputs, see ``tlc.ops.control``) turn back into implicit outer-scope references: the body reads
-  the outer value's name and the capture inputs and ``num_captures`` go. Body names that an enclosing graph
+- If, Loop, Scan, SequenceMap and FlexAttention (``tlc.ops.control.is_control``): bodies become GraphProto
+  attributes. Their captures (trailing node inputs matched to trailing body inputs, see ``tlc.ops.control``) turn
+  back into implicit outer-scope references: the body reads the outer value's name and the capture inputs and
+  ``num_captures`` go. Body names that an enclosing graph
   already uses are renamed (ONNX scopes are one SSA namespace); body outputs that are body inputs, repeat a
   value or need another name get an Identity marked ``OUTPUT_ALIAS_DOC``.
 - Graph outputs whose name is not the name of their value (an input that is also an output under another name,
@@ -132,20 +133,23 @@ class _Writer:
         self.nodes.append(proto)
 
     def control(self, node: Node, name: str | None) -> onnx.NodeProto:
-        """An If, Loop or Scan node: formal inputs only; each body reads its captures by their outer names."""
+        """A node with bodies (``is_control``): formal inputs only; each body reads its captures by their outer
+        names."""
         names = self.inputs(node)
         k = num_captures(node)
         formal, captured = names[: len(names) - k], names[len(names) - k:]
         if node.op == "Loop":
             formal += [""] * (2 - len(formal))
-        proto = helper.make_node(node.op, formal, self.outputs(node), name=name, doc_string=node.doc or None)
+        proto = helper.make_node(node.op, formal, self.outputs(node), name=name, domain=node.domain or None,
+                                 doc_string=node.doc or None)
         scope = self.scope | set(self.names.values())
         for key, body in bodies(node):
             proto.attribute.append(helper.make_attribute(key, self.body_proto(body, captured, scope)))
         opdef = lookup(node.op, node.domain)
         proto.attribute.extend(_attr_proto(k_, v, opdef.attrs[k_].kind) for k_, v in sorted(node.attrs.items())
                                if not isinstance(v, Graph) and k_ != "num_captures")
-        self.ops.add(node.op)
+        if node.domain == "":
+            self.ops.add(node.op)
         return proto
 
     def body_proto(self, body: Graph, captured: list[str], scope: set[str]) -> onnx.GraphProto:

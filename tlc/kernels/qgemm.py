@@ -17,19 +17,40 @@ multiply-add loop that Numba vectorizes (``vpmulld``).
 
 ``geo`` (``geometry``) holds the sizes and strides as int64 (see ``G_*``); ``part(..., p, nparts)`` computes
 every ``nparts``-th work item from ``p``, an item being one (image, group, slab of output positions).
+
+On a host with AVX-512 VNNI the same items run on ``tlc.kernels.qpanel`` instead (``vrun``): the product in
+int32 with ``vpdpbusd`` on the weight packed once (signed bytes), the activations as unsigned bytes (int8 ones
++ 128), the zero points' column term the kernel's starting value and the row term (a weight zero point that the
+signed bytes could not absorb) added here, then the same epilogue (``_finish``). A convolution's input is first
+laid out channels-last (``_channels_last``), so an im2row row is one copy of a channel run per tap; a 1x1
+convolution of stride 1 reads those rows in place, a MatMul reads A's rows in place.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
+from . import qpanel
 from .blas import gemm_f32
+
+qpanel.ensure()   # the symbol the VNNI items call (compiled code links it by name)
 
 # geo fields: images, groups, channels and positions per group, input strides (elements), window, output strides
 (G_N, G_G, G_CG, G_MG, G_H, G_W, G_XN, G_XC, G_XH, G_XW, G_KH, G_KW, G_SH, G_SW, G_PH, G_PW, G_DH, G_DW, G_OH,
  G_OW, G_ON, G_OC, G_OP, G_SIGNED, G_ZX, G_KC, G_SLABS, G_SLABW, G_MODE, G_PERCHAN) = range(30)
-GEO_SIZE = 30
+# the VNNI product's fields (``vnni_fields``): A's row length in bytes, C's row length (whole panels), the
+# activation's zero point as an unsigned byte, whether a row term is added, where A's rows are, A's byte xor
+G_KPAD, G_NPAD, G_ZA, G_ROWTERM, G_ROWS, G_AXOR = range(30, 36)
+GEO_SIZE = 36
+#: where the VNNI product finds A's rows: an im2row scratch, the input itself (a MatMul), the channels-last copy
+ROWS_IM2ROW, ROWS_INPUT, ROWS_CHANNELS_LAST = 0, 1, 2
+#: bytes of A a VNNI slab holds at most (its rows stay in L2 while every panel of B walks them: 512 x 1024 x
+#: 1024 ran at 148 GMAC/s in one slab, 224 in slabs of 192 rows)
+VNNI_SLAB_BYTES = 196608
 #: exact float32 integers: |partial sums| below 2^24
 EXACT_F32 = 1 << 24
 #: output positions per work item at most (bounds the im2col scratch: 576 rows x 2048 x 4 B = 4.5 MiB)
@@ -51,12 +72,12 @@ def centered_bound(dtype: np.dtype, zero: int) -> int:
 def geometry(n: int, groups: int, cin_g: int, mout_g: int, hw: tuple[int, int], x_strides: tuple[int, ...],
              kernel: tuple[int, int], strides: tuple[int, int], pads: tuple[int, int], dilations: tuple[int, int],
              out_hw: tuple[int, int], out_strides: tuple[int, int, int], signed: bool, x_zero: int, kc: int,
-             mode: int, per_channel: bool, nparts: int) -> np.ndarray:
+             mode: int, per_channel: bool, nparts: int, max_slab: int = MAX_SLAB) -> np.ndarray:
     """The ``geo`` array of one product (see the module docstring); cuts positions into slabs so that there are
-    at least ``nparts`` items and no slab is wider than ``MAX_SLAB``."""
+    at least ``nparts`` items and no slab is wider than ``max_slab``."""
     positions = out_hw[0] * out_hw[1]
     units = n * groups
-    slabs = max(1, -(-nparts // units), -(-positions // MAX_SLAB))
+    slabs = max(1, -(-nparts // units), -(-positions // max_slab))
     slabs = min(slabs, max(1, positions))
     width = -(-positions // slabs)
     geo = np.zeros(GEO_SIZE, np.int64)
@@ -120,6 +141,17 @@ def _im2col(x, geo, img, g, p0, p1, col):
                 row += 1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _finish(out, at, v, requant, s1, s, y_scale, y_zero, lo, hi):
+    """out[at] = the exact accumulator ``v`` (float64, bias added) wrapped to int32, or requantized in the
+    reference's order of operations."""
+    if requant:
+        q = min(max(np.rint((v * s1) * s / y_scale) + y_zero, lo), hi)
+        out[at] = np.int64(q) & 255   # an int8 output is written through a uint8 view
+    else:
+        out[at] = np.int32(np.int64(v))   # wraps, as the reference's astype(int32)
+
+
 @njit(cache=True, nogil=True)
 def _epilogue(acc, width, img, g, p0, p1, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi):
     """acc[m, j] (+ bias) into the output at (img, g * MG + m, p0 + j): wrapped to int32, or requantized."""
@@ -134,12 +166,7 @@ def _epilogue(acc, width, img, g, p0, p1, out, geo, bias, s1, s2, y_scale, y_zer
         src = m * width
         step = geo[G_OP]
         for j in range(p1 - p0):
-            v = acc[src + j] + b
-            if requant:
-                q = min(max(np.rint((v * s1) * s / y_scale) + y_zero, lo), hi)
-                out[o + j * step] = np.int64(q) & 255   # an int8 output is written through a uint8 view
-            else:
-                out[o + j * step] = np.int32(np.int64(v))   # wraps, as the reference's astype(int32)
+            _finish(out, o + j * step, acc[src + j] + b, requant, s1, s, y_scale, y_zero, lo, hi)
 
 
 @njit(cache=True, nogil=True)
@@ -210,3 +237,242 @@ def compile_for(out_dtype: np.dtype, nparts: int) -> str:
         0.0, 255.0, np.zeros((nparts, cols), np.float32), np.zeros((nparts, prods), np.float32),
         np.zeros((nparts, prods)), nparts)
     return "qgemm"
+
+
+# ---------------------------------------------------------------------------- the VNNI product
+def vnni_exact(depth: int, a_bound: int, w_bound: int, requant: bool) -> bool:
+    """Whether the int32 product is the reference's: always for an int32 output (both wrap modulo 2^32); for a
+    requantized one while no sum of ``depth`` centered products can pass 2^31."""
+    return not requant or depth * a_bound * w_bound <= qpanel.EXACT_I32
+
+
+def vnni_weights(weight: np.ndarray, w_zero: np.ndarray, x_dtype: np.dtype, x_zero: int):
+    """(packed [G, *] int8, init [G, NPAD] int32, row zero points [G * MG] int64, whether a row term is needed,
+    the activation's zero point as an unsigned byte, A's byte xor) of ``weight`` [G, MG, depth] (uint8 or int8, in
+    the order A's rows hold the depth) with zero points ``w_zero`` [G * MG]. The kernel multiplies As (unsigned:
+    int8 activations + 128) by Bs (signed): Bs = W - zb where that fits a signed byte (no row term), else W - 128
+    for uint8 W; what Bs still carries, zb', gives the row term -zb' rowsum(As)."""
+    groups, mg, depth = weight.shape
+    zb = w_zero.astype(np.int64).reshape(groups, mg, 1)
+    centered = weight.astype(np.int64) - zb
+    if centered.min() >= -128 and centered.max() <= 127:
+        bs, zbp = centered, np.zeros((groups, mg), np.int64)
+    elif weight.dtype == np.uint8:
+        bs, zbp = weight.astype(np.int64) - 128, zb[..., 0] - 128
+    else:
+        bs, zbp = weight.astype(np.int64), zb[..., 0]
+    signed = np.dtype(x_dtype) == np.int8
+    za = x_zero + 128 if signed else x_zero
+    npad = qpanel.padded(mg)
+    init = np.zeros((groups, npad), np.int64)
+    init[:, :mg] = -za * bs.sum(axis=2) + depth * za * zbp
+    init = ((init + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)   # the kernel wraps modulo 2^32
+    packed = np.stack([qpanel.pack(bs[g].T.astype(np.int8)) for g in range(groups)])
+    return packed, init, np.ascontiguousarray(zbp.reshape(-1)), bool(zbp.any()), za, 0x80808080 if signed else 0
+
+
+def vnni_fields(geo: np.ndarray, kernel_taps: int, rows_from: int, za: int, rowterm: bool, a_xor: int) -> None:
+    """Sets ``geo``'s VNNI fields (``kernel_taps``: KH * KW; ``rows_from``: ``ROWS_*``)."""
+    depth = int(geo[G_CG]) * kernel_taps
+    geo[G_KPAD] = -(-depth // 4) * 4
+    geo[G_NPAD] = qpanel.padded(int(geo[G_MG]))
+    geo[G_ZA], geo[G_ROWTERM], geo[G_ROWS], geo[G_AXOR] = za, int(rowterm), rows_from, a_xor
+
+
+def vnni_slab(depth: int) -> int:
+    """The widest slab of positions whose A rows fit ``VNNI_SLAB_BYTES``."""
+    return max(qpanel.TILE, min(MAX_SLAB, VNNI_SLAB_BYTES // max(1, depth) // qpanel.TILE * qpanel.TILE))
+
+
+def vnni_scratch_sizes(geo: np.ndarray) -> tuple[int, int, int, int]:
+    """Elements per part of the im2row scratch (uint8), of C (int32) and of the row sums (int64), and of the
+    channels-last copy of the input (uint8, one for all parts)."""
+    width = int(geo[G_SLABW])
+    rows = int(geo[G_KPAD]) * width if geo[G_ROWS] == ROWS_IM2ROW else 1
+    copy = int(geo[G_N] * geo[G_G] * geo[G_H] * geo[G_W] * geo[G_CG]) if geo[G_ROWS] != ROWS_INPUT else 1
+    return rows, int(geo[G_NPAD]) * width, width, copy
+
+
+@intrinsic
+def _copy_bytes(typingctx, dst, src, count):
+    """memcpy(dst, src, count) on addresses: a tap's run of channels (Numba's byte loop ran at ~1 GB/s there,
+    its vector body skipped; 64 x 56x56 3x3's im2row took 2.4 ms)."""
+    def codegen(context, builder, signature, args):
+        d, s, n = args
+        i8p = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(builder, builder.inttoptr(d, i8p), builder.inttoptr(s, i8p), n, 1)
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64, types.int64), codegen
+
+
+@intrinsic
+def _fill_bytes(typingctx, dst, count, value):
+    """memset(dst, value, count) on an address."""
+    def codegen(context, builder, signature, args):
+        d, n, v = args
+        cgutils.memset(builder, builder.inttoptr(d, ir.IntType(8).as_pointer()), n, builder.trunc(v, ir.IntType(8)))
+        return context.get_dummy_value()
+    return types.void(types.int64, types.int64, types.int64), codegen
+
+
+@njit(cache=True, nogil=True)
+def _im2row(xt, geo, img, g, p0, p1, col):
+    """col[j, (a, b, c)] = xt[img, g, ih, iw, c] for output position p = p0 + j and tap (a, b) (the activation's
+    zero point outside the image; zeros past the depth up to ``G_KPAD``): one run of CG bytes per tap."""
+    cg, h, w, ow = geo[G_CG], geo[G_H], geo[G_W], geo[G_OW]
+    kh_, kw_, kpad = geo[G_KH], geo[G_KW], geo[G_KPAD]
+    sh, sw, ph, pw, dh, dw = geo[G_SH], geo[G_SW], geo[G_PH], geo[G_PW], geo[G_DH], geo[G_DW]
+    za = geo[G_ZA]
+    source = xt.ctypes.data + (img * geo[G_G] + g) * h * w * cg
+    depth = kh_ * kw_ * cg
+    target = col.ctypes.data
+    for p in range(p0, p1):
+        oh, ow_ = p // ow, p % ow
+        dst = target + (p - p0) * kpad
+        for a in range(kh_):
+            ih = oh * sh - ph + a * dh
+            for b in range(kw_):
+                iw = ow_ * sw - pw + b * dw
+                if 0 <= ih < h and 0 <= iw < w:
+                    _copy_bytes(dst, source + (ih * w + iw) * cg, cg)
+                else:
+                    _fill_bytes(dst, cg, za)
+                dst += cg
+        if kpad > depth:
+            _fill_bytes(dst, kpad - depth, 0)
+
+
+@njit(cache=True, nogil=True)
+def _row_sums(rows, start, lda, depth, count, flip, sums):
+    """sums[j] = sum over k < depth of rows[start + j * lda + k] ^ flip, for j < count."""
+    for j in range(count):
+        at = start + j * lda
+        total = 0
+        for k in range(depth):
+            total += rows[at + k] ^ flip
+        sums[j] = total
+
+
+@njit(cache=True, nogil=True)
+def _vnni_epilogue(cbuf, sums, zbp, img, g, p0, p1, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi):
+    """C[j, m] (int32, rows of ``G_NPAD``), plus the row term -zb'[m] sums[j] where there is one, wrapped to
+    int32, plus the bias, into the output at (img, p0 + j, g * MG + m) through ``_finish``: the output's channels
+    are contiguous (a MatMul's, a conv's channels-last copy), so the inner loop vectorizes. ``bias`` and ``s2``
+    hold a value per output channel."""
+    mg, npad = geo[G_MG], geo[G_NPAD]
+    requant = geo[G_MODE] == MODE_REQUANT
+    c0 = g * mg
+    for j in range(p1 - p0):
+        src = j * npad
+        o = img * geo[G_ON] + c0 + (p0 + j) * geo[G_OP]
+        if geo[G_ROWTERM]:
+            row = sums[j]
+            for m in range(mg):   # modulo 2^32, as the kernel
+                cbuf[src + m] = np.int32(np.int64(cbuf[src + m]) - zbp[c0 + m] * row)
+        _finish_row(cbuf[src:src + mg], out[o:o + mg], bias[c0:c0 + mg], s2[c0:c0 + mg], requant, s1, y_scale,
+                    y_zero, lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def _finish_row(acc, out, bias, s2, requant, s1, y_scale, y_zero, lo, hi):
+    """out[m] = ``_finish`` of acc[m] + bias[m]: one row of views, one loop a mode, so that each vectorizes
+    (indexing the whole arrays inside the epilogue's loops kept them scalar: 128 x 768 outputs 169 -> 36 us)."""
+    if requant:
+        for m in range(acc.size):
+            _finish(out, m, np.float64(acc[m]) + bias[m], True, s1, s2[m], y_scale, y_zero, lo, hi)
+    else:
+        for m in range(acc.size):
+            _finish(out, m, np.float64(acc[m]) + bias[m], False, s1, 1.0, y_scale, y_zero, lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def vpart(x, xt, packed, init, zbp, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, col, cbuf, sums, p, nparts):
+    """Work items p, p + nparts, ... of the product on the VNNI kernel (``vrun``); ``xt`` already holds the
+    channels-last copy where A's rows come from it or from an im2row."""
+    units = geo[G_N] * geo[G_G]
+    slabs, width = geo[G_SLABS], geo[G_SLABW]
+    positions = geo[G_OH] * geo[G_OW]
+    mg, cg, kpad, npad = geo[G_MG], geo[G_CG], geo[G_KPAD], geo[G_NPAD]
+    rows_from = geo[G_ROWS]
+    # the product straight into the output: int32, no row term, C's layout the output's (a MatMul's)
+    direct_out = geo[G_MODE] == MODE_INT32 and not geo[G_ROWTERM] and geo[G_OC] == 1
+    for item in range(p, units * slabs, nparts):
+        unit, slab = item // slabs, item % slabs
+        img, g = unit // geo[G_G], unit % geo[G_G]
+        p0 = slab * width
+        p1 = min(positions, p0 + width)
+        if p0 >= p1:
+            continue
+        if rows_from == ROWS_INPUT:   # A's rows in place (a MatMul: unit channel stride)
+            rows, start, lda, depth, flip = x, img * geo[G_XN] + g * cg * geo[G_XC] + p0 * geo[G_XW], geo[G_XW], cg, 128
+        elif rows_from == ROWS_CHANNELS_LAST:   # a 1x1 convolution of stride 1: the copy's pixels are its rows
+            rows, start, lda, depth, flip = xt, ((img * geo[G_G] + g) * geo[G_H] * geo[G_W] + p0) * cg, cg, cg, 0
+        else:
+            _im2row(xt, geo, img, g, p0, p1, col)
+            rows, start, lda, depth, flip = col, 0, kpad, kpad, 0
+        a_xor = geo[G_AXOR] if rows_from == ROWS_INPUT else 0
+        pb = packed[g].ctypes.data
+        pi = init[g].ctypes.data
+        if direct_out:
+            c_addr = out.ctypes.data + 4 * (img * geo[G_ON] + g * mg + p0 * geo[G_OP])
+            qpanel.qpanel(pb, rows.ctypes.data + start, lda, c_addr, geo[G_OP], p1 - p0, depth, mg, a_xor, pi)
+            continue
+        qpanel.qpanel(pb, rows.ctypes.data + start, lda, cbuf.ctypes.data, npad, p1 - p0, depth, mg, a_xor, pi)
+        if geo[G_ROWTERM]:
+            _row_sums(rows, start, lda, depth, p1 - p0, flip if a_xor else 0, sums)
+        _vnni_epilogue(cbuf, sums, zbp, img, g, p0, p1, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _vparallel(x, xt, packed, init, zbp, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, col, cbuf, sums, nparts):
+    for p in prange(nparts):
+        vpart(x, xt, packed, init, zbp, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, col[p], cbuf[p], sums[p],
+              p, nparts)
+
+
+def vrun(x: np.ndarray, packed: np.ndarray, init: np.ndarray, zbp: np.ndarray, out: np.ndarray, geo: np.ndarray,
+         bias: np.ndarray, s1: float, s2: np.ndarray, y_scale: float, y_zero: float, lo: float, hi: float,
+         col: np.ndarray, cbuf: np.ndarray, sums: np.ndarray, xt: np.ndarray, yt: np.ndarray, nparts: int) -> None:
+    """The whole product into ``out`` on the VNNI kernel (``vnni_weights``, ``vnni_fields``); scratch [nparts, *]
+    (``vnni_scratch_sizes``). A convolution's input is copied channels-last into ``xt`` first (as unsigned
+    bytes), its items write ``yt`` channels-last (``geo``'s output strides say so), and ``yt`` is copied into
+    ``out`` last: numpy's transposing copies took 60 us on 64 x 56x56 bytes, Numba's byte loops 110-170 us
+    (their strided stores). Bytes in and out as uint8, as ``run``."""
+    n, groups, cg, hw = (int(v) for v in (geo[G_N], geo[G_G], geo[G_CG], geo[G_H] * geo[G_W]))
+    x = x.reshape(-1).view(np.uint8)
+    if geo[G_ROWS] != ROWS_INPUT:
+        moved = xt[:x.size].reshape(n, groups, hw, cg)
+        np.copyto(moved, x.reshape(n, groups, cg, hw).transpose(0, 1, 3, 2))
+        if geo[G_SIGNED]:
+            np.bitwise_xor(moved, np.uint8(128), out=moved)
+    target = out.reshape(-1) if yt.size <= 1 else yt
+    if target.dtype == np.int8:
+        target = target.view(np.uint8)
+    if nparts > 1:
+        _vparallel(x, xt, packed, init, zbp, target, geo, bias, s1, s2, y_scale, y_zero, lo, hi, col, cbuf, sums,
+                   nparts)
+    else:
+        vpart(x, xt, packed, init, zbp, target, geo, bias, s1, s2, y_scale, y_zero, lo, hi, col[0], cbuf[0],
+              sums[0], 0, 1)
+    if yt.size > 1:   # channels-last [N, positions, channels] into the output [N, channels, positions]
+        channels = int(geo[G_G] * geo[G_MG])
+        positions = int(geo[G_OH] * geo[G_OW])
+        flat = out.reshape(-1)
+        if flat.dtype == np.int8:
+            flat = flat.view(np.uint8)
+        np.copyto(flat.reshape(n, channels, positions), target[:flat.size].reshape(n, positions, channels)
+                  .transpose(0, 2, 1))
+
+
+def compile_vnni_for(out_dtype: np.dtype, nparts: int) -> str:
+    """Compile (or load from the cache) the VNNI driver for this output dtype and part count, on a 1x1 product."""
+    requant = np.dtype(out_dtype) != np.int32
+    geo = geometry(1, 1, 1, 1, (1, 1), (1, 1, 1, 1), (1, 1), (1, 1), (0, 0), (1, 1), (1, 1), (1, 1, 1), False, 0,
+                   1, MODE_REQUANT if requant else MODE_INT32, False, nparts)
+    packed, init, zbp, rowterm, za, a_xor = vnni_weights(np.ones((1, 1, 1), np.int8), np.zeros(1), np.uint8, 0)
+    vnni_fields(geo, 1, ROWS_IM2ROW, za, rowterm, a_xor)
+    rows, cs, width, copy = vnni_scratch_sizes(geo)
+    vrun(np.ones(1, np.uint8), packed, init, zbp, np.zeros(1, out_dtype), geo, np.zeros(1), 1.0, np.ones(1), 1.0,
+         0.0, 0.0, 255.0, np.zeros((nparts, rows), np.uint8), np.zeros((nparts, cs), np.int32),
+         np.zeros((nparts, width), np.int64), np.zeros(copy, np.uint8), np.zeros(1, out_dtype), nparts)
+    return "qgemm-vnni"

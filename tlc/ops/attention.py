@@ -10,6 +10,11 @@ the causal and sliding-window masks aligned bottom-right by the cache offset, a 
 
 The reference follows the spec's function body step by step: Q and K are each scaled by sqrt(scale) before
 their product, the product is in T1 (Q's type), the softmax in ``softmax_precision`` (default T1) and cast back.
+
+``ai.onnx.preview.FlexAttention`` (version 1) is the 4-D core of it (GQA, ``scale``, ``softmax_precision``) with
+two optional modifier bodies instead of the masks: ``score_mod`` rewrites the scores before the softmax,
+``prob_mod`` the probabilities after it. Its bodies follow tlc's capture convention (``tlc.ops.control``): the
+outer values they read are trailing node inputs (``num_captures``), matched to trailing inputs of each body.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ import math
 import numpy as np
 
 from ..errors import UnsupportedOperatorError
+from ..ir.graph import Graph
 from ..ir.types import DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, Dim, TensorType
 from . import dims as D
+from .control import num_captures
 from .registry import Attr, InferContext, OpDef, Trait, register
 
 #: softmax_precision codes (ONNX TensorProto element types) and the dtypes they name
@@ -249,6 +256,18 @@ def structural_mask(q_seq: int, total: int, offset: np.ndarray | int, is_causal:
     return allowed
 
 
+def grouped_kv(k: np.ndarray, v: np.ndarray, q_heads: int) -> tuple[np.ndarray, np.ndarray]:
+    """K and V (batch, kv_heads, seq, size) with one head per query head: query head h reads key/value head
+    h // (q_heads / kv_heads)."""
+    kv_heads = k.shape[1]
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise ValueError(f"{q_heads} query heads are not a multiple of {kv_heads} key/value heads")
+    group = q_heads // kv_heads
+    if group == 1:
+        return k, v
+    return np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+
+
 def masked_softmax(scores: np.ndarray, bias: np.ndarray | None, precision: str) -> np.ndarray:
     """Softmax over the keys in ``precision``, back in the scores' type; a row whose whole bias is -inf (it
     attends to nothing) is zeros, not the NaN of 0/0."""
@@ -277,12 +296,8 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
         v = np.concatenate([past_value, v], axis=2)
     present_key, present_value = k, v
     _, q_heads, q_seq, head = q.shape
-    kv_heads, total = k.shape[1], k.shape[2]
-    if q_heads % kv_heads:
-        raise ValueError(f"{q_heads} query heads are not a multiple of {kv_heads} key/value heads")
-    group = q_heads // kv_heads
-    if group > 1:  # query head h reads key/value head h // group
-        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    total = k.shape[2]
+    k, v = grouped_kv(k, v, q_heads)
 
     t1 = q.dtype
     root = np.sqrt(np.float64(1.0 / math.sqrt(head) if scale is None else scale)).astype(t1)
@@ -322,3 +337,118 @@ register(OpDef(name="Attention", ml_dtypes=True, infer=_attention_infer, referen
                traits=frozenset({Trait.PURE, Trait.FOLDABLE}), cost=12,
                doc="Scaled dot-product attention (MHA/GQA/MQA, 3-D or 4-D), with KV cache, causal and window "
                    "masks, attn_mask, softcap and qk_matmul_output (opset 23-25)."))
+
+
+# ---------------------------------------------------------------------------- FlexAttention (ai.onnx.preview)
+PREVIEW_DOMAIN = "ai.onnx.preview"
+MODIFIERS = ("score_mod", "prob_mod")
+
+
+def flex_softmax_dtype(code: int | None, t1: str, where: str = "FlexAttention") -> str:
+    """FlexAttention's softmax type: ``softmax_precision`` when given, else float64 for float64 inputs and float32
+    for the narrower ones (unlike Attention, whose default is T1)."""
+    return softmax_dtype(code, "float64" if t1 == "float64" else "float32", where)
+
+
+def flex_scores_type(q: TensorType | None, k: TensorType | None, code: int | None) -> TensorType | None:
+    """The type each modifier body takes and returns: (batch, q_num_heads, q_sequence_length,
+    kv_sequence_length) in the softmax type; None without Q's type. Raises ValueError for a bad ``code``."""
+    if q is None:
+        return None
+    qs = q.shape if q.shape is not None and len(q.shape) == 4 else (None,) * 4
+    ks = k.shape if k is not None and k.shape is not None and len(k.shape) == 4 else (None,) * 4
+    return TensorType(flex_softmax_dtype(code, q.dtype), (D.merge(qs[0], ks[0]), qs[1], qs[2], ks[2]))
+
+
+def _fits(t: TensorType, want: TensorType) -> bool:
+    """``t`` has ``want``'s dtype and rank, and no static dim of it differs from a static dim of ``want``."""
+    if t.dtype != want.dtype:
+        return False
+    if t.shape is None:
+        return True
+    return len(t.shape) == 4 and all(not (isinstance(a, int) and isinstance(b, int)) or a == b
+                                     for a, b in zip(t.shape, want.shape))
+
+
+def _check_modifier(ctx: InferContext, key: str, body: Graph, scores: TensorType) -> None:
+    k = num_captures(ctx.node)
+    if len(body.inputs) != 1 + k or len(body.outputs) != 1:
+        ctx.fail(f"{key} has {len(body.inputs)} inputs and {len(body.outputs)} outputs; expected the scores and "
+                 f"{k} captures in, the modified scores out")
+    t_in = body.inputs[0].output_types[0]
+    t_out = body.type_of(body.outputs[0][0])
+    if t_out is None:
+        typed = body.copy()
+        typed.infer_missing_types()
+        t_out = typed.type_of(typed.outputs[0][0])
+    for what, t in (("input", t_in), ("output", t_out)):
+        if not isinstance(t, TensorType) or not _fits(t, scores):
+            ctx.fail(f"{key}'s {what} is {t}; a modifier takes and returns the scores, {scores}")
+
+
+def _flex_infer(ctx: InferContext) -> list[TensorType]:
+    types = [ctx.type(i) for i in range(3)]
+    for name, t in zip("QKV", types):
+        if t.dtype not in ATTENTION_FLOATS:
+            ctx.fail(f"{name} has dtype {t.dtype}; FlexAttention takes {', '.join(sorted(ATTENTION_FLOATS))}")
+        if t.dtype != types[0].dtype:
+            ctx.fail(f"{name} has dtype {t.dtype}, expected {types[0].dtype} like Q")
+        if t.rank not in (None, 4):
+            ctx.fail(f"{name} {t} must be 4-D (batch, heads, sequence, head_size)")
+    (qb, qh, qs, qd), (kb, kh, ks, kd), (vb, vh, vs, vd) = (t.shape or (None,) * 4 for t in types)
+    batch = _merge(ctx, "batch sizes of Q, K and V", qb, kb, vb)
+    kv_heads = _merge(ctx, "head counts of K and V", kh, vh)
+    _merge(ctx, "head sizes of Q and K", qd, kd)
+    kv_seq = _merge(ctx, "sequence lengths of K and V", ks, vs)
+    if isinstance(qh, int) and isinstance(kv_heads, int) and (kv_heads < 1 or qh % kv_heads):
+        ctx.fail(f"q_num_heads {qh} is not a multiple of kv_num_heads {kv_heads}")
+    try:
+        precision = flex_softmax_dtype(ctx.attrs["softmax_precision"], types[0].dtype,
+                                       f"node {ctx.node.name!r} (FlexAttention)")
+    except ValueError as exc:
+        ctx.fail(str(exc))
+    scores = TensorType(precision, (batch, qh, qs, kv_seq))
+    for key in MODIFIERS:
+        if ctx.attrs[key] is not None:
+            _check_modifier(ctx, key, ctx.attrs[key], scores)
+    return [TensorType(types[0].dtype, (batch, qh, qs, vd))]
+
+
+def _modified(run_graph, body: Graph, x: np.ndarray, captures: tuple, key: str) -> np.ndarray:
+    (out,) = run_graph(body, [x, *captures])
+    out = np.asarray(out)
+    if out.shape != x.shape:
+        raise ValueError(f"{key} returned shape {list(out.shape)}; it must keep the shape {list(x.shape)}")
+    return out.astype(x.dtype, copy=False)
+
+
+def flex_attention(q, k, v, *captures, scale: float | None, score_mod: Graph | None, prob_mod: Graph | None,
+                   softmax_precision: int | None, num_captures: int, run_graph) -> list[np.ndarray]:
+    """[Y]: softmax(score_mod(Q K^T * scale)), through prob_mod, times V; each body gets its input and the
+    captured values (``captures``, the node's trailing inputs)."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"Q, K and V must be 4-D, got {q.shape}, {k.shape}, {v.shape}")
+    if len(captures) != num_captures:
+        raise ValueError(f"{len(captures)} captured inputs, num_captures={num_captures}")
+    t1 = q.dtype
+    precision = flex_softmax_dtype(softmax_precision, str(t1))
+    k, v = grouped_kv(k, v, q.shape[1])
+    # NOTE: as the spec's function body: sqrt(scale) in float32, then in T1, on Q and K; their product in T1
+    root = np.sqrt(np.float32(1.0 / math.sqrt(q.shape[3]) if scale is None else scale)).astype(t1)
+    scores = np.matmul(q * root, np.swapaxes(k * root, -1, -2)).astype(t1, copy=False).astype(precision)
+    if score_mod is not None:
+        scores = _modified(run_graph, score_mod, scores, captures, "score_mod")
+    probs = masked_softmax(scores, None, precision)
+    if prob_mod is not None:
+        probs = _modified(run_graph, prob_mod, probs, captures, "prob_mod")
+    return [np.matmul(probs, v.astype(precision, copy=False)).astype(t1, copy=False)]
+
+
+register(OpDef(name="FlexAttention", domain=PREVIEW_DOMAIN, ml_dtypes=True, infer=_flex_infer,
+               reference=flex_attention, inputs=(3, None),
+               attrs={"scale": Attr("float", None), "softmax_precision": Attr("int", None),
+                      "score_mod": Attr("graph", None), "prob_mod": Attr("graph", None),
+                      "num_captures": Attr("int", 0)},
+               traits=frozenset({Trait.PURE, Trait.SUBGRAPH}), cost=12,
+               doc="Scaled dot-product attention over 4-D Q, K and V (GQA) with optional score_mod and prob_mod "
+                   "bodies and their captures (ai.onnx.preview, version 1)."))

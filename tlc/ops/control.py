@@ -12,6 +12,8 @@ keeps the captured value, CSE and fold rewire it like any other):
   ``(s_1..s_N, x_1[t]..x_M[t], c_1..c_k)`` and returns ``(s_1..s_N, y_1..y_K)``.
 - ``SequenceMap(seq, extra_1..extra_M, c_1..c_k)`` (``tlc.ops.sequence``) with ``num_captures = k``: the body takes
   ``(seq[i], extra_1[i]..extra_M[i], c_1..c_k)`` (a tensor extra as it is) and returns one element of each output.
+- ``ai.onnx.preview.FlexAttention(Q, K, V, c_1..c_k)`` (``tlc.ops.attention``) with ``num_captures = k``: each
+  modifier (``score_mod``, ``prob_mod``) takes ``(scores, c_1..c_k)`` and returns the modified scores.
 
 Bodies carry sequence and optional values as they do tensors (types merge with ``tlc.ir.types.merge_types``).
 
@@ -32,14 +34,26 @@ from ..ir.graph import Graph, Node
 from ..ir.types import OptionalType, TensorType, is_tensor, merge_types, np_dtype
 from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, lookup, register
 
-#: ops whose bodies follow the capture convention (``SequenceMap`` is defined in ``tlc.ops.sequence``)
-CONTROL_OPS = ("If", "Loop", "Scan", "SequenceMap")
+#: (domain, op) of the ops whose bodies follow the capture convention (``SequenceMap`` is defined in
+#: ``tlc.ops.sequence``, ``FlexAttention`` in ``tlc.ops.attention``)
+CONTROL_OPS = frozenset({("", "If"), ("", "Loop"), ("", "Scan"), ("", "SequenceMap"),
+                         ("ai.onnx.preview", "FlexAttention")})
 _TRAITS = frozenset({Trait.PURE, Trait.SUBGRAPH})
 
 
 # ---------------------------------------------------------------------------- the capture convention
+def is_control_op(op: str, domain: str = "") -> bool:
+    """True for an op whose graph attributes follow the capture convention."""
+    return (domain, op) in CONTROL_OPS
+
+
 def is_control(node: Node) -> bool:
-    return node.domain == "" and node.op in CONTROL_OPS
+    return is_control_op(node.op, node.domain)
+
+
+def _is_if(node: Node) -> bool:
+    """If's captures are all its inputs but the condition; the others count theirs in ``num_captures``."""
+    return node.domain == "" and node.op == "If"
 
 
 def bodies(node: Node) -> list[tuple[str, Graph]]:
@@ -51,7 +65,7 @@ def num_captures(node: Node) -> int:
     """How many trailing inputs of a control-flow node are outer-scope captures (0 for other ops)."""
     if not is_control(node):
         return 0
-    if node.op == "If":
+    if _is_if(node):
         return max(0, node.num_inputs - 1)
     return int(node.attrs.get("num_captures", 0))
 
@@ -73,7 +87,7 @@ def drop_unused_captures(graph: Graph, node: Node) -> int:
                 b.erase(ins[j])
     values = graph.inputs_of(node)
     graph.set_inputs(node, values[:first] + [values[first + j] for j in keep])
-    if node.op != "If":
+    if not _is_if(node):
         if keep:
             node.attrs["num_captures"] = len(keep)
         else:

@@ -1,4 +1,4 @@
-"""Pooling: MaxPool (with Indices), AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, GlobalLpPool.
+"""Pooling: MaxPool (with Indices), AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, GlobalLpPool, MaxRoiPool.
 
 The references loop over kernel taps, each a vectorised strided slice of the padded input, never over pixels.
 Windows that ceil_mode lets run past the end pads read padding that is never counted: MaxPool pads with the
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.types import FLOAT_DTYPES, TensorType
-from .registry import Attr, InferContext, OpDef, Trait, register
+from .registry import REQUIRED, Attr, InferContext, OpDef, Trait, register
 from .window import Window, end_pads_for, make_window, pad_spatial, taps, window_attrs
 
 POOL_TRAITS = frozenset({Trait.PURE, Trait.FOLDABLE, Trait.LAYOUT_SENSITIVE})
@@ -183,3 +183,50 @@ register(OpDef(name="GlobalMaxPool", infer=_global_infer,
                doc="Max over all spatial axes (NCHW), kept as size-1 dims."))
 register(OpDef(name="GlobalLpPool", infer=_global_infer, reference=_global_lp, attrs={"p": Attr("int", 2)},
                traits=GLOBAL_TRAITS, cost=2, doc="Lp norm over all spatial axes (NCHW), kept as size-1 dims."))
+
+
+# ---------------------------------------------------------------------------- MaxRoiPool
+def _max_roi_pool_infer(ctx: InferContext) -> list[TensorType]:
+    x, rois = ctx.type(0), ctx.type(1)
+    if x.dtype not in FLOAT_DTYPES or rois.dtype != x.dtype:
+        ctx.fail(f"X is {x.dtype} and rois {rois.dtype}; MaxRoiPool takes one float type for both")
+    if x.rank is not None and x.rank != 4:
+        ctx.fail(f"X {x} must be 4-D (N, C, H, W)")
+    if rois.rank is not None and (rois.rank != 2 or rois.shape[1] not in (5, None)):
+        ctx.fail(f"rois {rois} must be [num_rois, 5] (batch index, x1, y1, x2, y2)")
+    pooled = ctx.attrs["pooled_shape"]
+    if len(pooled) != 2 or min(pooled) < 1:
+        ctx.fail(f"pooled_shape {list(pooled)} must be two positive ints")
+    rois_n = None if rois.shape is None else rois.shape[0]
+    channels = None if x.shape is None else x.shape[1]
+    return [TensorType(x.dtype, (rois_n, channels, *pooled))]
+
+
+def _max_roi_pool(x: np.ndarray, rois: np.ndarray, *, pooled_shape, spatial_scale: float) -> np.ndarray:
+    """Per RoI (corners scaled by ``spatial_scale`` and rounded, at least 1 x 1), bins of (rows / ph, cols / pw):
+    bin i covers [floor(i * size), ceil((i + 1) * size)) from the RoI's start, clipped to the map; the max of
+    each bin, 0 where a bin is empty (Caffe's RoI pooling, as onnxruntime computes it)."""
+    ph, pw = pooled_shape
+    n, c, h, w = x.shape
+    out = np.zeros((rois.shape[0], c, ph, pw), x.dtype)
+    for r, (batch, *corners) in enumerate(rois.astype(np.float64)):
+        if not 0 <= int(batch) < n:
+            raise ValueError(f"RoI {r} names batch index {int(batch)} of an input with {n}")
+        # rounded half away from zero (C's round, as onnxruntime), not numpy's half to even
+        x1, y1, x2, y2 = (int(np.sign(v) * np.floor(abs(v * spatial_scale) + 0.5)) for v in corners)
+        bin_h, bin_w = max(y2 - y1 + 1, 1) / ph, max(x2 - x1 + 1, 1) / pw
+        plane = x[int(batch)]
+        for i in range(ph):
+            top = min(max(int(np.floor(i * bin_h)) + y1, 0), h)
+            bottom = min(max(int(np.ceil((i + 1) * bin_h)) + y1, 0), h)
+            for j in range(pw):
+                left = min(max(int(np.floor(j * bin_w)) + x1, 0), w)
+                right = min(max(int(np.ceil((j + 1) * bin_w)) + x1, 0), w)
+                if bottom > top and right > left:
+                    out[r, :, i, j] = plane[:, top:bottom, left:right].max(axis=(1, 2))
+    return out
+
+
+register(OpDef(name="MaxRoiPool", infer=_max_roi_pool_infer, reference=_max_roi_pool, inputs=(2, 2),
+               attrs={"pooled_shape": Attr("ints", REQUIRED), "spatial_scale": Attr("float", 1.0)},
+               traits=POOL_TRAITS, cost=2, doc="Max pooling of each region of interest into a fixed grid."))

@@ -17,6 +17,7 @@ from . import library as lib
 from . import native, quantized
 from .attention import AttentionImpl
 from .bound import NotNative
+from .control import IfImpl, LoopImpl, ScanImpl
 from .impl import ReferenceImpl, StepImpl, opdef_attrs
 from .options import CompileOptions
 
@@ -74,6 +75,7 @@ CPU_OPS: dict[str, Factory] = {
     "LSTM": lambda attrs, node, options: lib.RecurrentImpl("LSTM", attrs),
     **quantized.CPU_OPS,
     "Attention": AttentionImpl,
+    "If": IfImpl, "Loop": LoopImpl, "Scan": ScanImpl,
     "ReduceSum": _reduce("ReduceSum"), "ReduceMean": _reduce("ReduceMean"), "ReduceMax": _reduce("ReduceMax"),
     "ReduceMin": _reduce("ReduceMin"), "ReduceProd": _reduce("ReduceProd"),
     "Reshape": _view, "Flatten": _view, "Squeeze": _view, "Unsqueeze": _view, "Identity": _view,

@@ -1,6 +1,11 @@
 """Quantized products on the CPU: MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv as integer products
 (``tlc.kernels.qgemm``) with the weight's zero point subtracted once, at bind time.
 
+Where the host has AVX-512 VNNI (``tlc.kernels.qpanel``) the product runs on int8 ``vpdpbusd`` with the weight
+packed once for it and the zero points as a column term (the kernel's start) and, where the weight's zero point
+does not fit the signed bytes, a row term; else, and for depthwise convs and requantized sums that could pass
+2^31, on exact float32 BLAS chunks. ``plan.stats()`` says which, and why not VNNI.
+
 What runs natively: a constant weight (B of a MatMul, 2-D; W of a 2-D Conv), uint8/int8 operands, a per-tensor
 activation zero point and scale, a per-tensor or per-output-channel (per-column for a MatMul) weight zero point
 and scale, a per-tensor output scale and zero point, and constant scales and zero points. Anything else (a
@@ -18,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..ir.graph import Node
-from ..kernels import gemm, qgemm
+from ..kernels import gemm
 from .bound import Bound, Call, KernelRequest, NotNative, V, W
 from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 from .options import CompileOptions
@@ -79,7 +84,7 @@ class QuantizedProductImpl(StepImpl):
     """One quantized product (see the module docstring)."""
 
     mode = "native"
-    reason = "integer product: exact float32 BLAS chunks, int32 wrap or requantization per part"
+    reason = "integer product: VNNI int8 kernel or exact float32 BLAS chunks, int32 wrap or requantization"
 
     def __init__(self, op: str, attrs: dict[str, Any]):
         self.op = op
@@ -87,6 +92,7 @@ class QuantizedProductImpl(StepImpl):
         self.attrs = attrs
 
     def bind(self, ctx: BindContext) -> Bound:
+        from ..kernels import qgemm  # NOTE: on first use (qgemm builds the VNNI kernel)
         if not ctx.options.jit_enabled:
             raise NotNative("the JIT is off (the product is a compiled kernel)")
         ports = self.ports
@@ -108,10 +114,15 @@ class QuantizedProductImpl(StepImpl):
         channels = weight.shape[0] * weight.shape[1]
         w_zero = _per_channel(_const(ctx, ports.w_zero, "w_zero_point"), channels, "w_zero_point")
         centered = weight.astype(np.int64) - w_zero.astype(np.int64).reshape(weight.shape[:2] + (1,))
-        kc = qgemm.chunk_depth(qgemm.centered_bound(x_dtype, x_zero), int(np.abs(centered).max()))
+        a_bound, w_bound = qgemm.centered_bound(x_dtype, x_zero), int(np.abs(centered).max())
         requant = out_dtype != np.int32
         s1, s2, y_scale, y_zero, lo, hi, bias = self._epilogue(ctx, channels, requant)
         nparts = gemm.parts_for(macs, ctx.threads)
+        epilogue = (bias, s1, s2, y_scale, y_zero, lo, hi)
+        vnni = self._vnni_refusal(weight, a_bound, w_bound, requant)
+        if not vnni:
+            return self._bind_vnni(ctx, geo_args, weight, w_zero, x_dtype, x_zero, out_dtype, epilogue, nparts)
+        kc = qgemm.chunk_depth(a_bound, w_bound)
         geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=kc,
                              mode=qgemm.MODE_REQUANT if requant else qgemm.MODE_INT32,
                              per_channel=s2.size > 1, nparts=nparts)
@@ -121,9 +132,62 @@ class QuantizedProductImpl(StepImpl):
         args = (V(ctx.inputs[ports.x]), np.ascontiguousarray(centered, np.float32), V(ctx.outputs[0]), geo, bias,
                 s1, s2, y_scale, y_zero, lo, hi, W(0), W(1), W(2), nparts)
         native = [Call(qgemm.run, args)]
-        note = f"integer product, depth chunks of {kc}, {nparts} part(s), {int(geo[qgemm.G_SLABS])} slab(s)"
+        note = (f"integer product, float32 BLAS in depth chunks of {kc}, {nparts} part(s), "
+                f"{int(geo[qgemm.G_SLABS])} slab(s) ({vnni})")
         return Bound(fallback_calls(ctx), mode="native", workspace=work, blas=True, note=note,
                      request=KernelRequest("qgemm", lambda alias: qgemm.compile_for(out_dtype, nparts),
+                                           lambda kern, alias: native))
+
+    def _vnni_refusal(self, weight: np.ndarray, a_bound: int, w_bound: int, requant: bool) -> str:
+        """Why the product stays off the VNNI kernel ("" when it runs there)."""
+        from ..kernels import qgemm, qpanel  # NOTE: on first use (qgemm builds the VNNI kernel)
+        if not qpanel.available():
+            return qpanel.REASON
+        if weight.shape[1] == 1 and weight.shape[2] <= 9:
+            return "no VNNI: a depthwise conv (one output channel a group)"
+        if not qgemm.vnni_exact(weight.shape[2], a_bound, w_bound, requant):
+            return f"no VNNI: int32 sums of depth {weight.shape[2]} could pass 2^31 before requantization"
+        return ""
+
+    def _bind_vnni(self, ctx: BindContext, geo_args: tuple, weight: np.ndarray, w_zero: np.ndarray,
+                   x_dtype: np.dtype, x_zero: int, out_dtype: np.dtype, epilogue: tuple, nparts: int) -> Bound:
+        """The product on ``tlc.kernels.qpanel``: the weight packed for ``vpdpbusd``, A's rows in place (a MatMul,
+        a 1x1 conv of stride 1 on its channels-last copy) or from an im2row over that copy."""
+        from ..kernels import qgemm  # NOTE: on first use (qgemm builds the VNNI kernel)
+        taps = int(np.prod(geo_args[6]))
+        if self.ports.conv:   # the depth in the order the im2row rows hold it: (kh, kw, c)
+            g, mg, depth = weight.shape
+            weight = weight.reshape(g, mg, depth // taps, taps).transpose(0, 1, 3, 2).reshape(g, mg, depth)
+            in_place = taps == 1 and geo_args[7] == (1, 1) and geo_args[8] == (0, 0) and geo_args[10] == geo_args[4]
+            rows_from = qgemm.ROWS_CHANNELS_LAST if in_place else qgemm.ROWS_IM2ROW
+        else:
+            rows_from = qgemm.ROWS_INPUT
+        packed, init, zbp, rowterm, za, a_xor = qgemm.vnni_weights(weight, w_zero, x_dtype, x_zero)
+        requant = out_dtype != np.int32
+        bias, s1, s2, y_scale, y_zero, lo, hi = epilogue
+        channels = weight.shape[0] * weight.shape[1]   # the VNNI epilogue reads a bias and a scale per channel
+        bias = np.ascontiguousarray(np.broadcast_to(bias if bias.size else np.zeros(1), (channels,)), np.float64)
+        s2 = np.ascontiguousarray(np.broadcast_to(s2, (channels,)), np.float64)
+        if self.ports.conv:   # the items write the output channels-last; ``vrun`` moves it into place
+            n, channels, positions = geo_args[0], geo_args[1] * geo_args[3], geo_args[10][0] * geo_args[10][1]
+            geo_args = (*geo_args[:11], (positions * channels, 1, channels))
+        geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=0,
+                             mode=qgemm.MODE_REQUANT if requant else qgemm.MODE_INT32, per_channel=s2.size > 1,
+                             nparts=nparts, max_slab=qgemm.vnni_slab(weight.shape[2]))
+        qgemm.vnni_fields(geo, taps, rows_from, za, rowterm, a_xor)
+        rows, cs, width, copy = qgemm.vnni_scratch_sizes(geo)
+        work = [((nparts, rows), np.dtype(np.uint8)), ((nparts, cs), np.dtype(np.int32)),
+                ((nparts, width), np.dtype(np.int64)), ((copy,), np.dtype(np.uint8)),
+                ((n * positions * channels if self.ports.conv else 1,), np.dtype(out_dtype))]
+        args = (V(ctx.inputs[self.ports.x]), packed, init, zbp, V(ctx.outputs[0]), geo, bias, s1, s2, y_scale,
+                y_zero, lo, hi, W(0), W(1), W(2), W(3), W(4), nparts)
+        native = [Call(qgemm.vrun, args)]
+        how = {qgemm.ROWS_INPUT: "A's rows in place", qgemm.ROWS_CHANNELS_LAST: "channels-last rows",
+               qgemm.ROWS_IM2ROW: "im2row bytes"}[rows_from]
+        note = (f"integer product, VNNI int8 kernel on {how}{', row term' if rowterm else ''}, {nparts} part(s), "
+                f"{int(geo[qgemm.G_SLABS])} slab(s)")
+        return Bound(fallback_calls(ctx), mode="native", workspace=work, note=note,
+                     request=KernelRequest("qgemm-vnni", lambda alias: qgemm.compile_vnni_for(out_dtype, nparts),
                                            lambda kern, alias: native))
 
     def _conv(self, ctx: BindContext, x: tuple[int, ...], w: np.ndarray, y: tuple[int, ...]):

@@ -66,7 +66,8 @@ class Specialization:
                               [types[i] if i < len(types) else None for i in step.inputs],
                               [types[o] for o in step.outputs], self.known, self.strides, options, run_node)
             try:
-                if not all(_static(t) for t in ctx.out_types) and all(map(is_tensor, ctx.in_types + ctx.out_types)):
+                if (not all(_static(t) for t in ctx.out_types) and all(map(is_tensor, ctx.in_types + ctx.out_types))
+                        and not step.impl.shapes_from_data):
                     raise NotNative("the output's shape depends on the input data")
                 bound = step.impl.bind(ctx)
             except NotNative as exc:
