@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,15 +31,13 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 import tlc  # noqa: E402
 
 # isort: split
+import bench  # noqa: E402  (tools/bench.py: the interleaved timing)
 import models  # noqa: E402  (tools/models.py)
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 
 from tlc.io.onnx import from_onnx  # noqa: E402
 from tlc.runtime import ops as runtime_ops  # noqa: E402
-
-PAUSE_S = 0.15   # OpenBLAS and onnxruntime threads spin after their calls (shared/FACTS.md)
-WARM_CALLS, TIMED_CALLS = 2, 3
 
 
 def feeds_for(seq: int, batch: int, hidden: int, seed: int = 1) -> dict[str, np.ndarray]:
@@ -85,20 +83,6 @@ def contenders(model: onnx.ModelProto, threads: int) -> tuple[dict, tlc.Plan]:
     return fns, compiled
 
 
-def time_interleaved(fns: dict, feeds: dict, rounds: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for label, fn in fns.items():
-            time.sleep(PAUSE_S)
-            for _ in range(WARM_CALLS):
-                fn(feeds)
-            for _ in range(TIMED_CALLS):
-                start = time.perf_counter()
-                fn(feeds)
-                samples[label].append((time.perf_counter() - start) * 1000)
-    return samples
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, default=100)
@@ -116,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=label)
     print(f"RNN as a Loop: seq {args.seq}, hidden {args.hidden}, batch {args.batch}, {args.threads} thread(s); "
           f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    samples = time_interleaved(fns, feeds, args.rounds)
+    samples = bench.time_interleaved(fns, feeds, args.rounds, budget_s=math.inf)
     ort_ms = statistics.median(samples["onnxruntime"])
     print("| contender | median ms (min-max) | per iteration us | / onnxruntime |")
     print("|---|---:|---:|---:|")

@@ -15,10 +15,10 @@ shape and thread count, the machine's load average before and after, and checks 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 import tlc  # noqa: E402
 
 # isort: split
+import bench  # noqa: E402  (tools/bench.py: the interleaved timing)
 import models  # noqa: E402  (tools/models.py)
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -35,8 +36,6 @@ import onnx  # noqa: E402
 from tlc.io.onnx import from_onnx  # noqa: E402
 
 INPUT, HIDDEN = 64, 128
-PAUSE_S = 0.05
-WARM_CALLS, TIMED_CALLS = 2, 3
 
 
 def feeds_for(seq: int, batch: int, seed: int = 1) -> dict[str, np.ndarray]:
@@ -66,20 +65,6 @@ def contenders(model: onnx.ModelProto, threads: int) -> dict:
     return {"tlc -O2": run_tlc, "onnxruntime": lambda feeds: session.run(names, feeds)}, plan
 
 
-def time_interleaved(fns: dict, feeds: dict, rounds: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for label, fn in fns.items():
-            time.sleep(PAUSE_S)
-            for _ in range(WARM_CALLS):
-                fn(feeds)
-            for _ in range(TIMED_CALLS):
-                start = time.perf_counter()
-                fn(feeds)
-                samples[label].append((time.perf_counter() - start) * 1000)
-    return samples
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, nargs="+", default=[50, 200])
@@ -101,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 got, want = fns["tlc -O2"](feeds), fns["onnxruntime"](feeds)
                 for g, w in zip(got, want):
                     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
-                samples = time_interleaved(fns, feeds, args.rounds)
+                samples = bench.time_interleaved(fns, feeds, args.rounds, budget_s=math.inf)
                 med = {k: statistics.median(v) for k, v in samples.items()}
                 ratio = med["tlc -O2"] / med["onnxruntime"]
                 ratios.append(ratio)

@@ -295,7 +295,7 @@ def render_markdown(results: list[CaseResult]) -> str:
         f"`onnx.backend.test.case.node.collect_testcases()` (onnx {onnx.__version__}) and every light model of",
         "`onnx/backend/test/data/light` is imported with `tlc.io.onnx`, run with the reference executor and compared",
         "with the expected outputs under the case's rtol/atol. *Unsupported*: tlc refuses the case by name (an op",
-        "that is not registered, an element type it does not hold such as bfloat16, a sequence or optional value).",
+        "that is not registered, an element type it does not hold such as complex64, an op form it does not read).",
     ]
     if labels:
         lines += [

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 from nn_helpers import check_backend_case, output_types, run_ort, run_tlc, single_node_model
-from onnx import defs, helper, numpy_helper
+from onnx import defs, helper
 
 import tlc
 from tests import onnx_cases
@@ -249,59 +249,20 @@ def test_sequence_lens_out_of_range_fails_when_run(rng):
 
 
 # ---------------------------------------------------------------------------- a model as torch.onnx exports it
-def torch_style_lstm_gru(rng, size: int = 5, hidden: int = 4, gru_hidden: int = 6) -> onnx.ModelProto:
-    """nn.LSTM(bidirectional) then nn.GRU as torch.onnx writes them: one node per layer, the LSTM's
-    [seq, 2, batch, hidden] output made [seq, batch, 2 * hidden] by Transpose and Reshape, the GRU with
-    linear_before_reset=1 (PyTorch's formula), its direction axis squeezed away; opset 17."""
-
-    def weight(name, *shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.5).astype(np.float32), name)
-
-    inits = [weight("lstm_w", 2, 4 * hidden, size), weight("lstm_r", 2, 4 * hidden, hidden),
-             weight("lstm_b", 2, 8 * hidden), weight("gru_w", 1, 3 * gru_hidden, 2 * hidden),
-             weight("gru_r", 1, 3 * gru_hidden, gru_hidden), weight("gru_b", 1, 6 * gru_hidden),
-             numpy_helper.from_array(np.array([0, 0, -1], np.int64), "merge_directions"),
-             numpy_helper.from_array(np.array([1], np.int64), "direction_axis")]
-    nodes = [
-        helper.make_node("LSTM", ["x", "lstm_w", "lstm_r", "lstm_b", "", "h0", "c0"], ["lstm_y", "h_n", "c_n"],
-                         name="LSTM_0", hidden_size=hidden, direction="bidirectional"),
-        helper.make_node("Transpose", ["lstm_y"], ["lstm_t"], name="Transpose_1", perm=[0, 2, 1, 3]),
-        helper.make_node("Reshape", ["lstm_t", "merge_directions"], ["lstm_out"], name="Reshape_2"),
-        helper.make_node("GRU", ["lstm_out", "gru_w", "gru_r", "gru_b", "", "h1"], ["gru_y", "gru_h_n"],
-                         name="GRU_3", hidden_size=gru_hidden, linear_before_reset=1),
-        helper.make_node("Squeeze", ["gru_y", "direction_axis"], ["output"], name="Squeeze_4"),
-    ]
-    f = onnx.TensorProto.FLOAT
-    graph = helper.make_graph(
-        nodes, "torch_lstm_gru",
-        [helper.make_tensor_value_info("x", f, ["seq", "batch", size]),
-         helper.make_tensor_value_info("h0", f, [2, "batch", hidden]),
-         helper.make_tensor_value_info("c0", f, [2, "batch", hidden]),
-         helper.make_tensor_value_info("h1", f, [1, "batch", gru_hidden])],
-        [helper.make_tensor_value_info("output", f, ["seq", "batch", gru_hidden]),
-         helper.make_tensor_value_info("h_n", f, [2, "batch", hidden]),
-         helper.make_tensor_value_info("c_n", f, [2, "batch", hidden]),
-         helper.make_tensor_value_info("gru_h_n", f, [1, "batch", gru_hidden])],
-        inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
-@pytest.mark.sweep   # CI: tests/runtime/test_op_models.py runs tools/models.py's tagger at every opt level
+@pytest.mark.sweep   # CI: tests/runtime/test_op_models.py runs this tagger at every opt level (concrete shapes)
 def test_torch_style_lstm_gru_model_matches_onnxruntime(rng):
-    model = torch_style_lstm_gru(rng)
+    """tools/models.py's LSTM -> GRU tagger with symbolic seq and batch: the dims carry through, and one plan runs
+    two shapes as the reference and onnxruntime do."""
+    model = onnx_cases.tools_models().lstm_gru_tagger(batch="batch", small=True, seq="seq")
     graph, _ = from_onnx(model)
-    assert [graph.type_of(v).shape for v, _ in graph.outputs] == [("seq", "batch", 6), (2, "batch", 4),
-                                                                  (2, "batch", 4), (1, "batch", 6)]
+    assert [graph.type_of(v).shape for v, _ in graph.outputs] == [("seq", "batch", 24), (2, "batch", 24),
+                                                                  (2, "batch", 24), (1, "batch", 24)]
     plan = tlc.compile(graph, opt_level=2, jit="eager")
     assert not [job for job in plan.jobs if job.status == "failed"]
     for seq, batch in ((7, 3), (2, 1)):
-        feeds = {"x": rng.standard_normal((seq, batch, 5)).astype(np.float32),
-                 "h0": rng.standard_normal((2, batch, 4)).astype(np.float32),
-                 "c0": rng.standard_normal((2, batch, 4)).astype(np.float32),
-                 "h1": rng.standard_normal((1, batch, 6)).astype(np.float32)}
+        feeds = {"x": rng.standard_normal((seq, batch, 16)).astype(np.float32),
+                 **{name: rng.standard_normal((n, batch, 24)).astype(np.float32)
+                    for name, n in (("h0", 2), ("c0", 2), ("h1", 1))}}
         want = run_ort(model, feeds)
         reference = tlc.reference.run(graph, feeds)
         compiled = plan.run(feeds)

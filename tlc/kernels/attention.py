@@ -21,10 +21,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange, types
-from numba.extending import overload
+from numba import njit, prange
 
-from . import gemm, mathlib, panel
+from . import gemm, panel, typed
 from .blas import gemm_f32, gemm_f64
 from .panel import BIAS_NONE, PANEL, panel_strided
 
@@ -54,39 +53,6 @@ class Geometry(NamedTuple):
     panel: bool          # P V by the panel product on V where it is (float32, AVX-512), else BLAS
 
 
-def _exp(x):
-    """mathlib's exp of x's type."""
-
-
-@overload(_exp, inline="always")
-def _exp_impl(x):
-    if x == types.float32:
-        return lambda x: mathlib.exp_f32(x)
-    return lambda x: mathlib.exp_f64(x)
-
-
-def _of(like, value):
-    """``value`` as a scalar of ``like``'s dtype (an array)."""
-
-
-@overload(_of, inline="always")
-def _of_impl(like, value):
-    if like.dtype == types.float32:
-        return lambda like, value: np.float32(value)
-    return lambda like, value: np.float64(value)
-
-
-def _tanh(x):
-    """mathlib's tanh of x's type."""
-
-
-@overload(_tanh, inline="always")
-def _tanh_impl(x):
-    if x == types.float32:
-        return lambda x: mathlib.tanh_f32(x)
-    return lambda x: mathlib.tanh_f64(x)
-
-
 @njit(cache=True, nogil=True, inline="always")
 def _gemm(m, n, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, pc, ldc, item):
     if item == 4:
@@ -99,17 +65,17 @@ def _gemm(m, n, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, pc, ldc, item):
 def _softmax_row(row, lo, hi, b, h, i, bias, bstr, bwidth, allow, astr, awidth, softcap):
     """row[lo:hi] <- the masked softmax of it; the rest of the row <- 0."""
     total = row.shape[0]
-    zero = _of(row, 0.0)
-    neg_inf = _of(row, -np.inf)
+    zero = typed.of_type(row, 0.0)
+    neg_inf = typed.of_type(row, -np.inf)
     for j in range(0, lo):
         row[U(j)] = zero
     for j in range(hi, total):
         row[U(j)] = zero
     if softcap > 0:
-        cap = _of(row, softcap)
-        inv = _of(row, 1.0 / softcap)
+        cap = typed.of_type(row, softcap)
+        inv = typed.of_type(row, 1.0 / softcap)
         for j in range(lo, hi):
-            row[U(j)] = cap * _tanh(row[U(j)] * inv)
+            row[U(j)] = cap * typed.tanh(row[U(j)] * inv)
     if bias.size > 0:
         base = b * bstr[0] + h * bstr[1] + i * bstr[2]
         for j in range(lo, hi):
@@ -125,8 +91,8 @@ def _softmax_row(row, lo, hi, b, h, i, bias, bstr, bwidth, allow, astr, awidth, 
             row[U(j)] = zero
         return
     for j in range(lo, hi):
-        row[U(j)] = _exp(row[U(j)] - top)
-    scale = _of(row, 1.0) / _row_sum(row, lo, hi)
+        row[U(j)] = typed.exp(row[U(j)] - top)
+    scale = typed.of_type(row, 1.0) / _row_sum(row, lo, hi)
     for j in range(lo, hi):
         row[U(j)] *= scale
 
@@ -138,7 +104,7 @@ _REDUCE = {"cache": True, "nogil": True, "fastmath": {"reassoc", "nsz", "nnan", 
 
 @njit(**_REDUCE)
 def _row_max(row, lo, hi):
-    top = _of(row, -np.inf)
+    top = typed.of_type(row, -np.inf)
     for j in range(lo, hi):
         top = max(top, row[U(j)])
     return top
@@ -146,7 +112,7 @@ def _row_max(row, lo, hi):
 
 @njit(**_REDUCE)
 def _row_sum(row, lo, hi):
-    total = _of(row, 0.0)
+    total = typed.of_type(row, 0.0)
     for j in range(lo, hi):
         total += row[U(j)]
     return total
@@ -185,7 +151,7 @@ def _one_head(g, q, k, v, y, qs, ks, vs, ys, bi, h, offset, limit, bias, bstr, b
         if width == 0:   # no row of the block sees a key: zeros
             for i in range(r0, r1):
                 for c in range(g.v_head):
-                    y[U(y0 + i * ys[2] + c)] = _of(y, 0.0)
+                    y[U(y0 + i * ys[2] + c)] = typed.of_type(y, 0.0)
             continue
         ps = scores.ctypes.data + r0 * total * item
         _gemm(r1 - r0, width, g.head, g.scale, pq + r0 * qs[2] * item, qs[2], qs[3], pk, ks[3], ks[2], ps, total,

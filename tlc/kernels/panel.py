@@ -34,18 +34,14 @@ symbols with LLVM: before any kernel that calls them is compiled or loaded.
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import threading
-from pathlib import Path
 
-import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 from numba import cfunc, njit, types
 
-from .cache import default_cache_dir
+from . import irjit
 
 #: columns of C a panel (two 16-lane vectors) and rows a tile: 2 * TILE accumulators, two panel vectors and a
 #: broadcast stay within AVX-512's 32 registers
@@ -401,60 +397,9 @@ def _nothing_dw(x, w, bias, out, planes, h, width, ho, wo, stride, has_bias):
 
 
 def _build():
-    """The MCJIT engine that holds the kernels' machine code (compiled, or loaded from the kernel cache), with
-    the symbols registered. The cache is keyed by this module's own code (the IR is a function of it), the CPU
-    and llvmlite's version, so a warm load neither generates nor parses the IR (generating it took ~0.15 s)."""
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-    key = hashlib.sha256(f"{code}|{cpu}|{features}|{llvmlite.__version__}".encode()).hexdigest()[:24]
-    path = default_cache_dir() / f"panel-{key}.o"
-    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
-        cpu=cpu, features=features, opt=3)
-    try:
-        engine = _engine(machine, path, path.read_bytes())
-        if all(engine.get_function_address(name) for name in (SYMBOL, DEPTHWISE_SYMBOL)):
-            return _registered(engine)
-    except (OSError, RuntimeError):
-        pass   # no cached machine code, or one LLVM cannot load: compile it
-    return _registered(_engine(machine, path, None))
-
-
-def _engine(machine, path, obj: bytes | None):
-    """An engine over the cached object ``obj`` (a module with no code stands for it), or over the IR compiled
-    now (and saved to ``path``)."""
-    parsed = llvm.parse_assembly(_source() if obj is None else f'target triple = "{llvm.get_process_triple()}"')
-    parsed.verify()
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    optimize = getattr(llvm, "create_pass_builder", None)   # llvmlite >= 0.44; else codegen's own opt=3
-
-    def saved(module, buffer) -> None:   # the machine code LLVM made: into the cache for the next process
-        if obj is not None:
-            return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(buffer)
-            os.replace(tmp, path)
-        except OSError:
-            pass   # a read-only cache only costs the next process the compile
-
-    def cached(module):
-        if obj is None and optimize is not None:
-            builder = optimize(machine, llvm.create_pipeline_tuning_options(3))
-            builder.getModulePassManager().run(parsed, builder)
-        return obj
-
-    engine.set_object_cache(saved, cached)
-    engine.finalize_object()
-    return engine
-
-
-def _registered(engine):
-    for name in (SYMBOL, DEPTHWISE_SYMBOL):
-        llvm.add_symbol(name, engine.get_function_address(name))
-    return engine   # owns the machine code: kept for the life of the process
+    """The MCJIT engine holding the kernels' machine code, compiled or loaded from the kernel cache
+    (``tlc.kernels.irjit``), with the symbols registered."""
+    return irjit.engine_for("panel", [__file__], _source, (SYMBOL, DEPTHWISE_SYMBOL))
 
 
 def fast() -> bool:

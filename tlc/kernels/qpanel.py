@@ -29,18 +29,14 @@ is not emitted) or the build fails, the symbol is a no-op stub, ``available()`` 
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import threading
-from pathlib import Path
 
-import llvmlite
 import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 from numba import cfunc, njit, types
 
-from .cache import default_cache_dir
+from . import irjit, panel
 from .panel import _const, _Emitter, _splat
 
 #: columns of C a panel (four 16-lane vectors) and rows a tile: 24 accumulators, the panel row's four vectors and
@@ -254,58 +250,9 @@ def available() -> bool:
 
 
 def _build():
-    """The MCJIT engine holding the machine code, compiled or loaded from the kernel cache (keyed by this file's
-    code, the CPU, its features and llvmlite's version), with the symbol registered."""
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
-    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-    key = hashlib.sha256(f"{code}|{cpu}|{features}|{llvmlite.__version__}".encode()).hexdigest()[:24]
-    path = default_cache_dir() / f"qpanel-{key}.o"
-    machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
-        cpu=cpu, features=features, opt=3)
-    try:
-        engine = _engine(machine, path, path.read_bytes())
-        if engine.get_function_address(SYMBOL):
-            return _registered(engine)
-    except (OSError, RuntimeError):
-        pass   # no cached machine code, or one LLVM cannot load: compile it
-    return _registered(_engine(machine, path, None))
-
-
-def _engine(machine, path, obj: bytes | None):
-    """An engine over the cached object ``obj`` (a module with no code stands for it), or over the IR compiled
-    now (and saved to ``path``): as ``panel._engine``."""
-    parsed = llvm.parse_assembly(_source() if obj is None else f'target triple = "{llvm.get_process_triple()}"')
-    parsed.verify()
-    engine = llvm.create_mcjit_compiler(parsed, machine)
-    optimize = getattr(llvm, "create_pass_builder", None)
-
-    def saved(module, buffer) -> None:
-        if obj is not None:
-            return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(buffer)
-            os.replace(tmp, path)
-        except OSError:
-            pass   # a read-only cache only costs the next process the compile
-
-    def cached(module):
-        if obj is None and optimize is not None:
-            builder = optimize(machine, llvm.create_pipeline_tuning_options(3))
-            builder.getModulePassManager().run(parsed, builder)
-        return obj
-
-    engine.set_object_cache(saved, cached)
-    engine.finalize_object()
-    return engine
-
-
-def _registered(engine):
-    llvm.add_symbol(SYMBOL, engine.get_function_address(SYMBOL))
-    return engine   # owns the machine code: kept for the life of the process
+    """The MCJIT engine holding the kernels' machine code, compiled or loaded from the kernel cache
+    (``tlc.kernels.irjit``), with the symbols registered."""
+    return irjit.engine_for("qpanel", [__file__, panel.__file__], _source, (SYMBOL,))
 
 
 _qpanel = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * ARGS)))

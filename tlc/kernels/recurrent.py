@@ -27,10 +27,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange, types
-from numba.extending import overload
+from numba import njit, prange
 
-from . import gemm, mathlib, panel
+from . import gemm, mathlib, panel, typed
 from .blas import gemm_f32, gemm_f64
 from .panel import BIAS_NONE, PANEL, panel_strided
 
@@ -38,41 +37,6 @@ SIGMOID, TANH, RELU = 0, 1, 2
 U = np.uint64
 #: codes the kernels take, by the registry's activation name (lower case); others run the reference
 CODES = {"sigmoid": SIGMOID, "tanh": TANH, "relu": RELU}
-
-
-# ---------------------------------------------------------------------------- scalars of the array's dtype
-def _of(like, value):
-    """``value`` as a scalar of ``like``'s dtype (an array or a scalar); float32 stays float32."""
-
-
-@overload(_of, inline="always")
-def _of_impl(like, value):
-    dtype = like.dtype if isinstance(like, types.Array) else like
-    if dtype == types.float32:
-        return lambda like, value: np.float32(value)
-    return lambda like, value: np.float64(value)
-
-
-def _sigmoid(x):
-    """mathlib's sigmoid of x's type."""
-
-
-@overload(_sigmoid, inline="always")
-def _sigmoid_impl(x):
-    if x == types.float32:
-        return lambda x: mathlib.sigmoid_f32(x)
-    return lambda x: mathlib.sigmoid_f64(x)
-
-
-def _tanh(x):
-    """mathlib's tanh of x's type."""
-
-
-@overload(_tanh, inline="always")
-def _tanh_impl(x):
-    if x == types.float32:
-        return lambda x: mathlib.tanh_f32(x)
-    return lambda x: mathlib.tanh_f64(x)
 
 
 # ---------------------------------------------------------------------------- pieces of a step
@@ -96,17 +60,17 @@ def _product(a, a_off, a_rows, r, r_off, rp, rp_off, cols, k, c, c_off, ldc):
 def _activate(code, row, lo, hi, clip):
     """row[lo:hi] = act(clip(row[lo:hi])) in place; one loop per code, each vectorized."""
     if clip > 0:
-        c = _of(row, clip)
+        c = typed.of_type(row, clip)
         for j in range(lo, hi):
             row[U(j)] = mathlib.minimum(mathlib.maximum(row[U(j)], -c), c)
     if code == SIGMOID:
         for j in range(lo, hi):
-            row[U(j)] = _sigmoid(row[U(j)])
+            row[U(j)] = typed.sigmoid(row[U(j)])
     elif code == TANH:
         for j in range(lo, hi):
-            row[U(j)] = _tanh(row[U(j)])
+            row[U(j)] = typed.tanh(row[U(j)])
     else:
-        zero = _of(row, 0)
+        zero = typed.of_type(row, 0)
         for j in range(lo, hi):
             row[U(j)] = mathlib.maximum(row[U(j)], zero)
 
@@ -233,7 +197,7 @@ def gru_layer(xw, r, rp, slab, bias, rbh, lens, h0, y, yh, hs, g, tmp, acts, rev
     gates, h2 = 3 * hidden, 2 * hidden
     seq = xw.shape[0] // max(batch, 1)
     per_direction = rp.size // directions
-    one = _of(g, 1)
+    one = typed.of_type(g, 1)
     for d in range(first, directions, step):
         _load_state(hs, h0, d, batch_first)
         for t in range(_longest(lens)):
@@ -282,7 +246,7 @@ def lstm_layer(xw, r, rp, bias, p, lens, h0, c0, y, yh, yc, hs, cs, g, tmp, acts
     directions, batch, hidden = hs.shape
     gates, h2, h3 = 4 * hidden, 2 * hidden, 3 * hidden
     seq = xw.shape[0] // max(batch, 1)
-    one = _of(g, 1)
+    one = typed.of_type(g, 1)
     peep = p.size > 0
     for d in range(first, directions, step):
         _load_state(hs, h0, d, batch_first)
