@@ -182,6 +182,7 @@ def test_vnni_products_equal_the_references_exactly(rng):
         assert text.count("VNNI int8 kernel") == len(cases), text
         # v_mm_rowterm, v_mi_signed, v_qc_uint8_w: W - zb does not fit a signed byte
         assert text.count("row term") == 3 and "channels-last rows" in text, text
+        assert "an im2row of the planes" in text, text   # v_qc_uint8_w: 6 channels a group
     else:
         assert text.count(qpanel.REASON) == len(cases), text
 
@@ -190,6 +191,93 @@ def test_vnni_exactness_bound():
     assert qgemm.vnni_exact(10**6, 255, 255, requant=False)          # int32 outputs wrap as the reference does
     assert qgemm.vnni_exact(33025, 255, 255, requant=True)
     assert not qgemm.vnni_exact(33026, 255, 255, requant=True)       # sums could pass 2^31: the float path
+
+
+# ---------------------------------------------------------------------- depthwise, QuantizeLinear, DequantizeLinear
+def depthwise_cases(rng):
+    """Convolutions with one input channel a group (``tlc.kernels.qdw``): strides, pads, dilations, a channel
+    multiplier, int8 and uint8 on both sides, weight parameters per channel, int32 outputs, one run in parts."""
+    feeds = {"xs": byte(rng, (1, 6, 9, 11), np.int8), "xu": byte(rng, (2, 8, 9, 11), np.uint8),
+             "wide": byte(rng, (1, 64, 48, 48), np.uint8)}
+    scales = (rng.random(64) * 4e-3 + 1e-4).astype(np.float32)
+    bias = rng.integers(-3000, 3000, 64).astype(np.int32)
+    cases = [
+        ("QLinearConv", "dw_strided", ["xs", f32(0.02), np.int8(-7), byte(rng, (6, 1, 3, 3), np.int8), scales[:6],
+                                       np.zeros(6, np.int8), f32(0.03), np.uint8(120), bias[:6]],
+         dict(group=6, strides=[2, 1], pads=[1, 0, 2, 1])),
+        ("QLinearConv", "dw_dilated", ["xu", f32(0.01), np.uint8(131), byte(rng, (8, 1, 3, 3), np.uint8), scales[:8],
+                                       byte(rng, 8, np.uint8), f32(0.2), np.int8(5)],
+         dict(group=8, dilations=[2, 3], pads=[2, 2, 2, 2])),
+        ("QLinearConv", "dw_multiplier", ["xu", f32(0.05), np.uint8(0), byte(rng, (16, 1, 5, 5), np.int8), f32(2e-3),
+                                          np.int8(3), f32(0.1), np.uint8(128), bias[:16]],
+         dict(group=8, strides=[2, 2], auto_pad="SAME_UPPER")),
+        ("QLinearConv", "dw_saturating", ["xs", f32(0.5), np.int8(0), byte(rng, (6, 1, 1, 2), np.int8), f32(0.1),
+                                          np.int8(0), f32(0.01), np.int8(0)], dict(group=6, strides=[1, 3])),
+        ("ConvInteger", "dw_int32", ["xu", byte(rng, (8, 1, 3, 3), np.uint8), np.uint8(100), byte(rng, 8, np.uint8)],
+         dict(group=8, pads=[0, 1, 1, 0], strides=[1, 2])),
+        ("QLinearConv", "dw_parallel", ["wide", f32(0.02), np.uint8(128), byte(rng, (64, 1, 3, 3), np.int8), scales,
+                                        np.zeros(64, np.int8), f32(0.05), np.uint8(128), bias],
+         dict(group=64, pads=[1, 1, 1, 1])),
+    ]
+    return cases, feeds
+
+
+def test_depthwise_equals_the_references_exactly(rng):
+    cases, feeds = depthwise_cases(rng)
+    graph = from_onnx(product_model(cases, feeds))[0]
+    expected = tlc.reference.run(graph, feeds)
+    for threads in (1, 2):
+        plan = tlc.compile(graph, opt_level=0, jit="eager", num_threads=threads)
+        for _ in range(2):   # the second run reuses the arena and the scratch
+            got = plan.run(feeds)
+            for name, want in expected.items():
+                assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+                np.testing.assert_array_equal(got[name], want, err_msg=name)
+        text = str(plan.stats())
+        assert text.count("depthwise int32 kernel") == len(cases), text
+    assert "depthwise int32 kernel, 2 part(s)" in text, text   # dw_parallel: 1.3M multiply-adds
+
+
+def linear_model(cases: list[tuple], feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
+    model = product_model(cases, feeds)
+    model.opset_import[0].version = 21   # blocked quantization, int4
+    return model
+
+
+def test_quantize_dequantize_equal_the_references_exactly(rng):
+    x = (rng.standard_normal((2, 5, 6, 7)) * 4).astype(np.float32)
+    x.flat[:10] = [0.5, 1.5, 2.5, -0.5, -2.5, 1e9, -1e9, np.inf, -np.inf, 127.5]   # ties, saturation
+    per_axis = (rng.random(5) * 0.1 + 0.02).astype(np.float32)
+    per_last = (rng.random(7) * 0.1 + 0.02).astype(np.float32)
+    feeds = {"x": x, "qu": byte(rng, (2, 5, 6, 7), np.uint8), "qs": byte(rng, (2, 5, 6, 7), np.int8),
+             "q32": rng.integers(-1000, 1000, (2, 5, 6, 7)).astype(np.int32)}
+    native = [
+        ("QuantizeLinear", "q_tensor_u8", ["x", f32(0.5), np.uint8(128)], {}),
+        ("QuantizeLinear", "q_tensor_default", ["x", f32(1.0)], {}),                       # uint8, zero 0
+        ("QuantizeLinear", "q_dtype_attr", ["x", f32(0.25)], dict(output_dtype=TensorProto.INT8)),
+        ("QuantizeLinear", "q_axis_s8", ["x", per_axis, rng.integers(-9, 9, 5).astype(np.int8)], dict(axis=1)),
+        ("QuantizeLinear", "q_last_u8", ["x", per_last, byte(rng, 7, np.uint8)], dict(axis=-1)),
+        ("DequantizeLinear", "dq_tensor_u8", ["qu", f32(0.03), np.uint8(131)], {}),
+        ("DequantizeLinear", "dq_tensor_s8", ["qs", f32(0.7)], {}),
+        ("DequantizeLinear", "dq_axis_s8", ["qs", per_axis, rng.integers(-9, 9, 5).astype(np.int8)], dict(axis=1)),
+        ("DequantizeLinear", "dq_last_u8", ["qu", per_last, byte(rng, 7, np.uint8)], dict(axis=-1)),
+    ]
+    reference = [   # the reference runs them, with the reason in stats()
+        ("QuantizeLinear", "q_int16", ["x", f32(0.01), np.int16(3)], {}),
+        ("QuantizeLinear", "q_blocked", ["x", np.full((2, 5, 6, 4), 0.1, np.float32)], dict(axis=3, block_size=2)),
+        ("DequantizeLinear", "dq_int32", ["q32", f32(0.01)], {}),
+    ]
+    graph = from_onnx(linear_model(native + reference, feeds))[0]
+    expected = tlc.reference.run(graph, feeds)
+    plan = tlc.compile(graph, opt_level=0, jit="eager", num_threads=1)
+    got = plan.run(feeds)
+    for name, want in expected.items():
+        assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+    text = str(plan.stats())
+    assert text.count("quantize kernel") == len(native), text
+    assert "float32 to int16 is not native" in text and "blocked quantization" in text, text
+    assert "int32 to float32 is not native" in text, text
 
 
 # ---------------------------------------------------------------------------- the rewrite

@@ -48,6 +48,11 @@ G_KPAD, G_NPAD, G_ZA, G_ROWTERM, G_ROWS, G_AXOR = range(30, 36)
 GEO_SIZE = 36
 #: where the VNNI product finds A's rows: an im2row scratch, the input itself (a MatMul), the channels-last copy
 ROWS_IM2ROW, ROWS_INPUT, ROWS_CHANNELS_LAST = 0, 1, 2
+#: ... or an im2row of every position built before the items, from the NCHW input (``_im2row_planes``: a conv
+#: over fewer than ``FEW_CHANNELS`` channels, whose im2row holds at most ``PLANES_BYTES``)
+ROWS_PLANES = 3
+FEW_CHANNELS = 8
+PLANES_BYTES = 8 << 20
 #: bytes of A a VNNI slab holds at most (its rows stay in L2 while every panel of B walks them: 512 x 1024 x
 #: 1024 ran at 148 GMAC/s in one slab, 224 in slabs of 192 rows)
 VNNI_SLAB_BYTES = 196608
@@ -56,6 +61,7 @@ EXACT_F32 = 1 << 24
 #: output positions per work item at most (bounds the im2col scratch: 576 rows x 2048 x 4 B = 4.5 MiB)
 MAX_SLAB = 2048
 MODE_INT32, MODE_REQUANT = 0, 1
+U = np.uint64   # NOTE: unsigned offsets: a signed index costs a wraparound test per access
 
 
 def chunk_depth(a_max: int, w_max: int) -> int:
@@ -146,7 +152,11 @@ def _finish(out, at, v, requant, s1, s, y_scale, y_zero, lo, hi):
     """out[at] = the exact accumulator ``v`` (float64, bias added) wrapped to int32, or requantized in the
     reference's order of operations."""
     if requant:
-        q = min(max(np.rint((v * s1) * s / y_scale) + y_zero, lo), hi)
+        q = np.rint((v * s1) * s / y_scale) + y_zero
+        # NOTE: clipped with selects, not min/max (whose NaN branches kept the loops scalar: 4096 outputs
+        # 6.7 -> 2.5 us); the same values for every finite q and for infinities
+        q = lo if q < lo else q
+        q = hi if q > hi else q
         out[at] = np.int64(q) & 255   # an int8 output is written through a uint8 view
     else:
         out[at] = np.int32(np.int64(v))   # wraps, as the reference's astype(int32)
@@ -290,7 +300,14 @@ def vnni_scratch_sizes(geo: np.ndarray) -> tuple[int, int, int, int]:
     width = int(geo[G_SLABW])
     rows = int(geo[G_KPAD]) * width if geo[G_ROWS] == ROWS_IM2ROW else 1
     copy = int(geo[G_N] * geo[G_G] * geo[G_H] * geo[G_W] * geo[G_CG]) if geo[G_ROWS] != ROWS_INPUT else 1
+    if geo[G_ROWS] == ROWS_PLANES:   # the whole im2row takes the copy's place
+        copy = planes_bytes(geo)
     return rows, int(geo[G_NPAD]) * width, width, copy
+
+
+def planes_bytes(geo: np.ndarray) -> int:
+    """Bytes of the im2row of every position (``ROWS_PLANES``)."""
+    return int(geo[G_N] * geo[G_G] * geo[G_OH] * geo[G_OW] * geo[G_KPAD])
 
 
 @intrinsic
@@ -313,6 +330,44 @@ def _fill_bytes(typingctx, dst, count, value):
         cgutils.memset(builder, builder.inttoptr(d, ir.IntType(8).as_pointer()), n, builder.trunc(v, ir.IntType(8)))
         return context.get_dummy_value()
     return types.void(types.int64, types.int64, types.int64), codegen
+
+
+@njit(cache=True, nogil=True)
+def _im2row_planes(x, geo, col):
+    """col[(unit, p), (a, b, c)] for every image and group, from the NCHW input (as unsigned bytes; the zero point
+    outside the image, zeros past the depth): per channel, tap and output row the positions inside the image are
+    one range, stored ``G_KPAD`` apart. For few channels: a memcpy per tap of 3 channels cost more than its bytes
+    (the first conv of an RGB net spent ~21 us of its 92 in 9216 of them, and ~4 us on the channels-last copy).
+    One function for every output type and part count, called before the items (inlined into them, it cost
+    every driver's compilation ~1 s)."""
+    cg, h, w, oh_, ow = geo[G_CG], geo[G_H], geo[G_W], geo[G_OH], geo[G_OW]
+    kh_, kw_, kpad = geo[G_KH], geo[G_KW], geo[G_KPAD]
+    sh, sw, ph, pw, dh, dw = geo[G_SH], geo[G_SW], geo[G_PH], geo[G_PW], geo[G_DH], geo[G_DW]
+    za = np.uint8(geo[G_ZA])
+    flip = np.uint8(128) if geo[G_SIGNED] else np.uint8(0)
+    ld = U(kpad)
+    for j in range(U(geo[G_N] * geo[G_G] * oh_ * ow * kpad)):
+        col[j] = 0   # the padding past the depth (the rest is written below)
+    for unit in range(geo[G_N] * geo[G_G]):
+        for oh in range(oh_):
+            row = (unit * oh_ + oh) * ow
+            for a in range(kh_):
+                ih = oh * sh - ph + a * dh
+                for b in range(kw_):
+                    off = b * dw - pw
+                    lo = min(ow, max(0, (-off + sw - 1) // sw))
+                    hi = max(lo, min(ow, (w - 1 - off) // sw + 1)) if 0 <= ih < h and w - 1 - off >= 0 else lo
+                    for c in range(cg):
+                        k = (a * kw_ + b) * cg + c
+                        for j in range(lo):
+                            col[(row + j) * kpad + k] = za
+                        if hi > lo:
+                            src = U((unit * cg + c) * h * w + ih * w + lo * sw + off)
+                            dst, step = U((row + lo) * kpad + k), U(sw)
+                            for j in range(U(hi - lo)):
+                                col[dst + j * ld] = x[src + j * step] ^ flip
+                        for j in range(hi, ow):
+                            col[(row + j) * kpad + k] = za
 
 
 @njit(cache=True, nogil=True)
@@ -356,12 +411,20 @@ def _row_sums(rows, start, lda, depth, count, flip, sums):
 @njit(cache=True, nogil=True)
 def _vnni_epilogue(cbuf, sums, zbp, img, g, p0, p1, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi):
     """C[j, m] (int32, rows of ``G_NPAD``), plus the row term -zb'[m] sums[j] where there is one, wrapped to
-    int32, plus the bias, into the output at (img, p0 + j, g * MG + m) through ``_finish``: the output's channels
-    are contiguous (a MatMul's, a conv's channels-last copy), so the inner loop vectorizes. ``bias`` and ``s2``
-    hold a value per output channel."""
+    int32, plus the bias, into the output at (img, p0 + j, g * MG + m) through ``_finish``: where the output's
+    channels are contiguous (a MatMul's) a row of channels at a time, else (a conv's [N, C, positions]) a
+    channel's positions at a time, so that the inner loops vectorize. ``bias`` and ``s2`` hold a value per
+    output channel."""
     mg, npad = geo[G_MG], geo[G_NPAD]
     requant = geo[G_MODE] == MODE_REQUANT
     c0 = g * mg
+    if geo[G_OC] != 1:   # a conv's output [N, C, positions]: per channel, a run of positions
+        column = np.empty(p1 - p0, np.float64)
+        for m in range(mg):
+            o = img * geo[G_ON] + (c0 + m) * geo[G_OC] + p0 * geo[G_OP]
+            _finish_plane(cbuf, m, npad, sums, -zbp[c0 + m] if geo[G_ROWTERM] else 0, p1 - p0, out, o, bias[c0 + m],
+                          s2[c0 + m], requant, s1, y_scale, y_zero, lo, hi, column)
+        return
     for j in range(p1 - p0):
         src = j * npad
         o = img * geo[G_ON] + c0 + (p0 + j) * geo[G_OP]
@@ -371,6 +434,27 @@ def _vnni_epilogue(cbuf, sums, zbp, img, g, p0, p1, out, geo, bias, s1, s2, y_sc
                 cbuf[src + m] = np.int32(np.int64(cbuf[src + m]) - zbp[c0 + m] * row)
         _finish_row(cbuf[src:src + mg], out[o:o + mg], bias[c0:c0 + mg], s2[c0:c0 + mg], requant, s1, y_scale,
                     y_zero, lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def _finish_plane(cbuf, m, npad, sums, zrow, count, out, o, b, s, requant, s1, y_scale, y_zero, lo, hi, column):
+    """out[o + j] = ``_finish`` of C[j, m] (+ zrow * sums[j], wrapped to int32) + b for j < count: one output
+    channel's positions, contiguous in a conv's output. C's column is gathered into ``column`` first (strided
+    loads kept the epilogue's loop scalar), on offsets, not slices (a slice costs reference counting: the
+    epilogue of 1024 x 16 outputs through rows and the channels-last copy took 45 us)."""
+    ld, at, n = U(npad), U(m), U(count)
+    if zrow != 0:
+        for j in range(n):
+            column[j] = np.float64(np.int32(np.int64(cbuf[at + j * ld]) + zrow * sums[j])) + b
+    else:
+        for j in range(n):
+            column[j] = np.float64(cbuf[at + j * ld]) + b
+    if requant:
+        for j in range(n):
+            _finish(out, U(o) + j, column[j], True, s1, s, y_scale, y_zero, lo, hi)
+    else:
+        for j in range(n):
+            _finish(out, U(o) + j, column[j], False, s1, 1.0, y_scale, y_zero, lo, hi)
 
 
 @njit(cache=True, nogil=True)
@@ -405,6 +489,8 @@ def vpart(x, xt, packed, init, zbp, out, geo, bias, s1, s2, y_scale, y_zero, lo,
             continue
         if rows_from == ROWS_INPUT:   # A's rows in place (a MatMul: unit channel stride)
             rows, start, lda, depth, flip = x, img * geo[G_XN] + g * cg * geo[G_XC] + p0 * geo[G_XW], geo[G_XW], cg, 128
+        elif rows_from == ROWS_PLANES:   # the im2row of every position, built by ``vrun``
+            rows, start, lda, depth, flip = xt, (unit * positions + p0) * kpad, kpad, kpad, 0
         elif rows_from == ROWS_CHANNELS_LAST:   # a 1x1 convolution of stride 1: the copy's pixels are its rows
             rows, start, lda, depth, flip = xt, ((img * geo[G_G] + g) * geo[G_H] * geo[G_W] + p0) * cg, cg, cg, 0
         else:
@@ -432,20 +518,22 @@ def _vparallel(x, xt, packed, init, zbp, out, geo, bias, s1, s2, y_scale, y_zero
 
 def vrun(x: np.ndarray, packed: np.ndarray, init: np.ndarray, zbp: np.ndarray, out: np.ndarray, geo: np.ndarray,
          bias: np.ndarray, s1: float, s2: np.ndarray, y_scale: float, y_zero: float, lo: float, hi: float,
-         col: np.ndarray, cbuf: np.ndarray, sums: np.ndarray, xt: np.ndarray, yt: np.ndarray, nparts: int) -> None:
+         col: np.ndarray, cbuf: np.ndarray, sums: np.ndarray, xt: np.ndarray, nparts: int) -> None:
     """The whole product into ``out`` on the VNNI kernel (``vnni_weights``, ``vnni_fields``); scratch [nparts, *]
     (``vnni_scratch_sizes``). A convolution's input is copied channels-last into ``xt`` first (as unsigned
-    bytes), its items write ``yt`` channels-last (``geo``'s output strides say so), and ``yt`` is copied into
-    ``out`` last: numpy's transposing copies took 60 us on 64 x 56x56 bytes, Numba's byte loops 110-170 us
-    (their strided stores). Bytes in and out as uint8, as ``run``."""
+    bytes: numpy's transposing copies took 60 us on 64 x 56x56 bytes, Numba's byte loops 110-170 us, their
+    strided stores); its items write the output in place, a channel's positions at a time (``_finish_plane``).
+    Bytes in and out as uint8, as ``run``."""
     n, groups, cg, hw = (int(v) for v in (geo[G_N], geo[G_G], geo[G_CG], geo[G_H] * geo[G_W]))
     x = x.reshape(-1).view(np.uint8)
-    if geo[G_ROWS] != ROWS_INPUT:
+    if geo[G_ROWS] == ROWS_PLANES:
+        _im2row_planes(x, geo, xt)
+    elif geo[G_ROWS] != ROWS_INPUT:
         moved = xt[:x.size].reshape(n, groups, hw, cg)
         np.copyto(moved, x.reshape(n, groups, cg, hw).transpose(0, 1, 3, 2))
         if geo[G_SIGNED]:
             np.bitwise_xor(moved, np.uint8(128), out=moved)
-    target = out.reshape(-1) if yt.size <= 1 else yt
+    target = out.reshape(-1)
     if target.dtype == np.int8:
         target = target.view(np.uint8)
     if nparts > 1:
@@ -454,14 +542,6 @@ def vrun(x: np.ndarray, packed: np.ndarray, init: np.ndarray, zbp: np.ndarray, o
     else:
         vpart(x, xt, packed, init, zbp, target, geo, bias, s1, s2, y_scale, y_zero, lo, hi, col[0], cbuf[0],
               sums[0], 0, 1)
-    if yt.size > 1:   # channels-last [N, positions, channels] into the output [N, channels, positions]
-        channels = int(geo[G_G] * geo[G_MG])
-        positions = int(geo[G_OH] * geo[G_OW])
-        flat = out.reshape(-1)
-        if flat.dtype == np.int8:
-            flat = flat.view(np.uint8)
-        np.copyto(flat.reshape(n, channels, positions), target[:flat.size].reshape(n, positions, channels)
-                  .transpose(0, 2, 1))
 
 
 def compile_vnni_for(out_dtype: np.dtype, nparts: int) -> str:
@@ -474,5 +554,7 @@ def compile_vnni_for(out_dtype: np.dtype, nparts: int) -> str:
     rows, cs, width, copy = vnni_scratch_sizes(geo)
     vrun(np.ones(1, np.uint8), packed, init, zbp, np.zeros(1, out_dtype), geo, np.zeros(1), 1.0, np.ones(1), 1.0,
          0.0, 0.0, 255.0, np.zeros((nparts, rows), np.uint8), np.zeros((nparts, cs), np.int32),
-         np.zeros((nparts, width), np.int64), np.zeros(copy, np.uint8), np.zeros(1, out_dtype), nparts)
+         np.zeros((nparts, width), np.int64), np.zeros(copy, np.uint8), nparts)
+    geo[G_ROWS] = ROWS_PLANES   # called by ``vrun`` itself, compiled here too
+    _im2row_planes(np.ones(1, np.uint8), geo, np.zeros(planes_bytes(geo), np.uint8))
     return "qgemm-vnni"

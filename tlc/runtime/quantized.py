@@ -3,14 +3,19 @@
 
 Where the host has AVX-512 VNNI (``tlc.kernels.qpanel``) the product runs on int8 ``vpdpbusd`` with the weight
 packed once for it and the zero points as a column term (the kernel's start) and, where the weight's zero point
-does not fit the signed bytes, a row term; else, and for depthwise convs and requantized sums that could pass
-2^31, on exact float32 BLAS chunks. ``plan.stats()`` says which, and why not VNNI.
+does not fit the signed bytes, a row term; else, and for requantized sums that could pass 2^31, on exact float32
+BLAS chunks. A depthwise conv (one input channel a group) runs on ``tlc.kernels.qdw``'s direct int32 kernel.
+``plan.stats()`` says which, and why not VNNI.
 
 What runs natively: a constant weight (B of a MatMul, 2-D; W of a 2-D Conv), uint8/int8 operands, a per-tensor
 activation zero point and scale, a per-tensor or per-output-channel (per-column for a MatMul) weight zero point
 and scale, a per-tensor output scale and zero point, and constant scales and zero points. Anything else (a
 runtime weight, float8, per-row A parameters, 1-D or 3-D convolutions, the JIT off) runs the op's reference,
 with the reason in ``plan.stats()``.
+
+QuantizeLinear and DequantizeLinear run natively (``LinearQuantizerImpl``) between float32 and uint8/int8 with
+constant scales and zero points per tensor or per axis; other types (int16, int4, float8), blocked parameters and
+runtime ones run the reference, with the reason in ``plan.stats()``.
 
 The table entries (``CPU_OPS``) are meant for ``tlc.runtime.ops.CPU_OPS``.
 """
@@ -51,6 +56,10 @@ PORTS = {
     "QLinearConv": Ports(0, 1, 2, 3, 4, 5, 6, 7, 8, True),
 }
 BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
+#: multiply-adds a VNNI product needs before it runs in parts: at ~100 GMAC/s a 1M-MAC product (qdq_convnet's
+#: 16 -> 32 3x3, 1.2M) takes ~10 us, less than starting the threads; split in two it took 2.5 ms a call while
+#: another process held the second core
+VNNI_PARALLEL_MIN_MACS = 1 << 23
 
 
 def _present(ctx: BindContext, port: int) -> bool:
@@ -92,7 +101,7 @@ class QuantizedProductImpl(StepImpl):
         self.attrs = attrs
 
     def bind(self, ctx: BindContext) -> Bound:
-        from ..kernels import qgemm  # NOTE: on first use (qgemm builds the VNNI kernel)
+        from ..kernels import qdw, qgemm  # NOTE: on first use (qgemm builds the VNNI kernel)
         if not ctx.options.jit_enabled:
             raise NotNative("the JIT is off (the product is a compiled kernel)")
         ports = self.ports
@@ -119,8 +128,13 @@ class QuantizedProductImpl(StepImpl):
         s1, s2, y_scale, y_zero, lo, hi, bias = self._epilogue(ctx, channels, requant)
         nparts = gemm.parts_for(macs, ctx.threads)
         epilogue = (bias, s1, s2, y_scale, y_zero, lo, hi)
+        if ports.conv and geo_args[2] == 1:
+            taps = int(np.prod(geo_args[6]))
+            if qdw.exact(taps, a_bound, w_bound, requant):
+                return self._bind_depthwise(ctx, geo_args, centered, x_dtype, x_zero, out_dtype, epilogue, nparts)
         vnni = self._vnni_refusal(weight, a_bound, w_bound, requant)
         if not vnni:
+            nparts = ctx.threads if ctx.threads > 1 and macs >= VNNI_PARALLEL_MIN_MACS else 1
             return self._bind_vnni(ctx, geo_args, weight, w_zero, x_dtype, x_zero, out_dtype, epilogue, nparts)
         kc = qgemm.chunk_depth(a_bound, w_bound)
         geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=kc,
@@ -136,6 +150,30 @@ class QuantizedProductImpl(StepImpl):
                 f"{int(geo[qgemm.G_SLABS])} slab(s) ({vnni})")
         return Bound(fallback_calls(ctx), mode="native", workspace=work, blas=True, note=note,
                      request=KernelRequest("qgemm", lambda alias: qgemm.compile_for(out_dtype, nparts),
+                                           lambda kern, alias: native))
+
+    def _bind_depthwise(self, ctx: BindContext, geo_args: tuple, centered: np.ndarray, x_dtype: np.dtype,
+                        x_zero: int, out_dtype: np.dtype, epilogue: tuple, nparts: int) -> Bound:
+        """A conv with one input channel a group on ``tlc.kernels.qdw``: int32 taps over a centered plane, in
+        parts over (image, channel) items when the plan has threads."""
+        from ..kernels import qdw, qgemm  # NOTE: on first use (qgemm builds the VNNI kernel)
+        requant = out_dtype != np.int32
+        bias, s1, s2, y_scale, y_zero, lo, hi = epilogue
+        n, channels = geo_args[0], geo_args[1] * geo_args[3]
+        items = max(1, n * channels)
+        nparts = min(nparts, items)
+        geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=0,
+                             mode=qgemm.MODE_REQUANT if requant else qgemm.MODE_INT32, per_channel=s2.size > 1,
+                             nparts=nparts)
+        wc = np.ascontiguousarray(centered.reshape(channels, -1), np.int32)
+        size = qdw.scratch_size(geo)
+        work = [((nparts, 2 * size), np.dtype(np.int32)), ((nparts, size), np.dtype(out_dtype))]
+        args = (V(ctx.inputs[self.ports.x]), wc, V(ctx.outputs[0]), geo, bias, s1, s2, y_scale, y_zero, lo, hi,
+                W(0), W(1), nparts)
+        native = [Call(qdw.run, args)]
+        note = f"integer product, depthwise int32 kernel, {nparts} part(s)"
+        return Bound(fallback_calls(ctx), mode="native", workspace=work, note=note,
+                     request=KernelRequest("qdw", lambda alias: qdw.compile_for(out_dtype, nparts),
                                            lambda kern, alias: native))
 
     def _vnni_refusal(self, weight: np.ndarray, a_bound: int, w_bound: int, requant: bool) -> str:
@@ -160,6 +198,10 @@ class QuantizedProductImpl(StepImpl):
             weight = weight.reshape(g, mg, depth // taps, taps).transpose(0, 1, 3, 2).reshape(g, mg, depth)
             in_place = taps == 1 and geo_args[7] == (1, 1) and geo_args[8] == (0, 0) and geo_args[10] == geo_args[4]
             rows_from = qgemm.ROWS_CHANNELS_LAST if in_place else qgemm.ROWS_IM2ROW
+            kpad = -(-depth // 4) * 4
+            positions = geo_args[0] * g * geo_args[10][0] * geo_args[10][1]
+            if not in_place and depth // taps < qgemm.FEW_CHANNELS and positions * kpad <= qgemm.PLANES_BYTES:
+                rows_from = qgemm.ROWS_PLANES
         else:
             rows_from = qgemm.ROWS_INPUT
         packed, init, zbp, rowterm, za, a_xor = qgemm.vnni_weights(weight, w_zero, x_dtype, x_zero)
@@ -168,22 +210,18 @@ class QuantizedProductImpl(StepImpl):
         channels = weight.shape[0] * weight.shape[1]   # the VNNI epilogue reads a bias and a scale per channel
         bias = np.ascontiguousarray(np.broadcast_to(bias if bias.size else np.zeros(1), (channels,)), np.float64)
         s2 = np.ascontiguousarray(np.broadcast_to(s2, (channels,)), np.float64)
-        if self.ports.conv:   # the items write the output channels-last; ``vrun`` moves it into place
-            n, channels, positions = geo_args[0], geo_args[1] * geo_args[3], geo_args[10][0] * geo_args[10][1]
-            geo_args = (*geo_args[:11], (positions * channels, 1, channels))
         geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=0,
                              mode=qgemm.MODE_REQUANT if requant else qgemm.MODE_INT32, per_channel=s2.size > 1,
                              nparts=nparts, max_slab=qgemm.vnni_slab(weight.shape[2]))
         qgemm.vnni_fields(geo, taps, rows_from, za, rowterm, a_xor)
         rows, cs, width, copy = qgemm.vnni_scratch_sizes(geo)
         work = [((nparts, rows), np.dtype(np.uint8)), ((nparts, cs), np.dtype(np.int32)),
-                ((nparts, width), np.dtype(np.int64)), ((copy,), np.dtype(np.uint8)),
-                ((n * positions * channels if self.ports.conv else 1,), np.dtype(out_dtype))]
+                ((nparts, width), np.dtype(np.int64)), ((copy,), np.dtype(np.uint8))]
         args = (V(ctx.inputs[self.ports.x]), packed, init, zbp, V(ctx.outputs[0]), geo, bias, s1, s2, y_scale,
-                y_zero, lo, hi, W(0), W(1), W(2), W(3), W(4), nparts)
+                y_zero, lo, hi, W(0), W(1), W(2), W(3), nparts)
         native = [Call(qgemm.vrun, args)]
         how = {qgemm.ROWS_INPUT: "A's rows in place", qgemm.ROWS_CHANNELS_LAST: "channels-last rows",
-               qgemm.ROWS_IM2ROW: "im2row bytes"}[rows_from]
+               qgemm.ROWS_IM2ROW: "im2row bytes", qgemm.ROWS_PLANES: "an im2row of the planes"}[rows_from]
         note = (f"integer product, VNNI int8 kernel on {how}{', row term' if rowterm else ''}, {nparts} part(s), "
                 f"{int(geo[qgemm.G_SLABS])} slab(s)")
         return Bound(fallback_calls(ctx), mode="native", workspace=work, note=note,
@@ -240,6 +278,70 @@ class QuantizedProductImpl(StepImpl):
         return s1, np.ascontiguousarray(s2), y_scale, y_zero, float(info.min), float(info.max), bias
 
 
+class LinearQuantizerImpl(StepImpl):
+    """QuantizeLinear (float32 to uint8/int8) or DequantizeLinear (uint8/int8 to float32) with a constant scale
+    and zero point per tensor or per axis, on ``tlc.kernels.qdw``'s kernels in the reference's rounding (round
+    half to even, saturation); other types, blocked parameters and runtime ones run the reference."""
+
+    mode = "native"
+    reason = "linear (de)quantization kernel"
+
+    def __init__(self, quantize: bool, attrs: dict[str, Any]):
+        self.quantize = quantize
+        self.attrs = attrs
+
+    def bind(self, ctx: BindContext) -> Bound:
+        from ..kernels import qdw  # NOTE: on first use (it imports qgemm, which builds the VNNI kernel)
+        if not ctx.options.jit_enabled:
+            raise NotNative("the JIT is off (the (de)quantization is a compiled kernel)")
+        (shape,) = ctx.in_shapes()[:1]
+        x_dtype, out_dtype = np.dtype(ctx.in_types[0].dtype), ctx.out_dtype()
+        floats, ints = (x_dtype, out_dtype) if self.quantize else (out_dtype, x_dtype)
+        if floats != np.float32 or ints not in BYTES:
+            raise NotNative(f"{x_dtype} to {out_dtype} is not native (float32 and uint8/int8 only)")
+        if int(self.attrs.get("block_size", 0)):
+            raise NotNative("blocked quantization is not native")
+        if self.quantize and int(self.attrs.get("precision", 0)) not in (0, 1):
+            raise NotNative("a division precision other than float32 is not native")
+        scale = ctx.require_const(1, "the scale")
+        if scale.dtype != np.float32:
+            raise NotNative(f"a {scale.dtype} scale is not native (float32 only)")
+        zero = _const(ctx, 2, "the zero point")
+        if not ctx.contiguous(0):
+            raise NotNative("a strided input")
+        if scale.size == 1 and (zero is None or zero.size == 1):
+            outer, chans, inner = 1, 1, math.prod(shape)
+        elif scale.ndim == 1 and len(shape) > 0:
+            axis = int(self.attrs.get("axis", 1))
+            axis = axis + len(shape) if axis < 0 else axis
+            if not 0 <= axis < len(shape) or scale.size != shape[axis]:
+                raise NotNative(f"a scale of {scale.size} values does not fit axis {axis} of {list(shape)}")
+            outer, chans, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+        else:
+            raise NotNative(f"a scale of shape {list(scale.shape)} is not native (per tensor or per axis only)")
+        scales = np.ascontiguousarray(np.broadcast_to(scale.reshape(-1), (chans,)), np.float32)
+        zeros = np.zeros(chans) if zero is None else np.ascontiguousarray(
+            np.broadcast_to(zero.reshape(-1), (chans,)), np.float64)
+        x, y = V(ctx.inputs[0]), V(ctx.outputs[0])
+        if self.quantize:
+            info = np.iinfo(out_dtype)
+            call = Call(qdw.quantize, (x, y, scales, zeros, outer, chans, inner, float(info.min), float(info.max)))
+            request = KernelRequest("quantize", lambda alias: qdw.compile_quantize(), lambda kern, alias: [call])
+        else:
+            call = Call(qdw.dequantize, (x, y, scales, zeros, outer, chans, inner, x_dtype == np.int8))
+            request = KernelRequest("dequantize", lambda alias: qdw.compile_dequantize(), lambda kern, alias: [call])
+        kind = "per tensor" if chans == 1 else f"per axis ({chans} channels)"
+        note = f"{'quantize' if self.quantize else 'dequantize'} kernel, {kind}"
+        return Bound(fallback_calls(ctx), mode="native", note=note, request=request)
+
+
+def _quantizer(quantize: bool):
+    def factory(attrs: dict[str, Any], node: Node, options: CompileOptions) -> StepImpl:
+        return LinearQuantizerImpl(quantize, attrs)
+
+    return factory
+
+
 def _factory(op: str):
     def factory(attrs: dict[str, Any], node: Node, options: CompileOptions) -> StepImpl:
         if node.num_outputs != 1:
@@ -250,4 +352,5 @@ def _factory(op: str):
 
 
 #: qualified op name -> factory, the entries for ``tlc.runtime.ops.CPU_OPS``
-CPU_OPS = {op: _factory(op) for op in PORTS}
+CPU_OPS = {**{op: _factory(op) for op in PORTS}, "QuantizeLinear": _quantizer(True),
+           "DequantizeLinear": _quantizer(False)}
