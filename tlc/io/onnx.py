@@ -308,6 +308,10 @@ class _Builder:
         else:  # NOTE: attrs=, not keywords: an ONNX attribute may be named like a parameter (num_outputs)
             outs = g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
                               doc=node.doc_string, attrs=attrs)
+        self.define(node, outs)
+
+    def define(self, node: onnx.NodeProto, outs: Value | tuple[Value, ...]) -> None:
+        """The values of ``node``'s named outputs, for the nodes after it to read by name."""
         outs = (outs,) if isinstance(outs, Value) else outs
         for out_name, v in zip(node.output, outs):
             if out_name:
@@ -339,12 +343,8 @@ class _Builder:
         inputs = formal + [self.values[c] for c in captures]
         output_names = [o or g.fresh_name(f"{node.name or node.op_type}_unused{i}") for i, o in enumerate(node.output)]
         name = g.fresh_name(node.name or (node.output[0] if node.output and node.output[0] else node.op_type))
-        outs = g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
-                          doc=node.doc_string, attrs=attrs)
-        outs = (outs,) if isinstance(outs, Value) else outs
-        for out_name, v in zip(node.output, outs):
-            if out_name:
-                self.values[out_name] = v
+        self.define(node, g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
+                                     doc=node.doc_string, attrs=attrs))
 
     def body(self, op: str, gp: onnx.GraphProto, formal: list[Value | None], captures: list[str],
              attrs: dict[str, Any], where: str) -> Graph:
