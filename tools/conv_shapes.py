@@ -91,6 +91,7 @@ def row(shape: str, threads: int, batch: int, rounds: int) -> str:
     numba.set_num_threads(threads)
     geo = K.conv_geometry(x.shape, w.shape, (batch, m, ho, ho), (s, s), (k // 2, k // 2), (1, 1), group)
     col_size, nparts, nprep = K.plan_conv(geo, threads)
+    vector = K.use_vector_depthwise(geo, np.float32)    # as the plan does (runtime/native.py)
     packed = K.pack_weights(w, geo)
     out = np.empty((batch, m, ho, ho), np.float32)
     col = np.empty(max(1, col_size), np.float32)
@@ -99,7 +100,8 @@ def row(shape: str, threads: int, batch: int, rounds: int) -> str:
                          "ort": lambda: session.run(None, {"x": x})}, rounds)
     err = float(np.abs(out - session.run(None, {"x": x})[0]).max())
     t, o = times["tlc"], times["ort"]
-    return (f"| {shape} | {threads} | {K.ALGO_NAMES[geo[K.ALGO]]}, {nparts} | {np.median(t):.0f} "
+    algo = K.ALGO_NAMES[geo[K.ALGO]] + (" (vector)" if vector else "")
+    return (f"| {shape} | {threads} | {algo}, {nparts} | {np.median(t):.0f} "
             f"[{t.min():.0f}-{t.max():.0f}] | {np.median(o):.0f} [{o.min():.0f}-{o.max():.0f}] | "
             f"x{np.median(t) / np.median(o):.2f} | {err:.1e} |")
 

@@ -214,13 +214,16 @@ def test_depthwise_parts_before_an_epilogue_fit_in_cache():
         assert parts < 2 * plain or -(-planes // (parts - plain)) > most   # no more parts than needed
 
 
-def test_panel_parts_before_an_epilogue_hold_about_an_image():
-    """A PANEL conv that an epilogue follows is cut into parts of about an image (a whole number per thread), so
-    the epilogue reads each part's output from cache; without an epilogue, or with no more images than threads,
-    one part per thread."""
-    for n, threads, want in ((8, 1, 8), (8, 2, 8), (3, 2, 4), (1, 2, 2), (2, 2, 2)):
-        geo = K.conv_geometry((n, 16, 112, 112), (96, 16, 1, 1), (n, 96, 112, 112), (1, 1), (0, 0), (1, 1), 1)
+def test_panel_parts_before_an_epilogue_fit_in_cache():
+    """A PANEL conv that an epilogue follows is cut into parts of whole units of output channels holding at most
+    ``EPILOGUE_ELEMS`` outputs (one unit where a unit holds more), a whole number per thread, so the epilogue
+    reads each part's output from cache; without an epilogue, one part per thread."""
+    for n, c, m, hw, threads, want in ((8, 16, 96, 112, 1, 128), (3, 16, 96, 112, 2, 48), (1, 96, 576, 14, 1, 2),
+                                       (1, 96, 576, 14, 2, 2), (8, 96, 576, 14, 2, 14)):
+        geo = K.conv_geometry((n, c, hw, hw), (m, c, 1, 1), (n, m, hw, hw), (1, 1), (0, 0), (1, 1), 1)
         _, plain, _ = K.plan_conv(geo, threads, K.PANEL, min_seconds=0, lanes=K.LANES_POSITIONS)
         assert plain == threads
         _, parts, _ = K.plan_conv(geo, threads, K.PANEL, min_seconds=0, epilogue=True, lanes=K.LANES_POSITIONS)
         assert geo[K.MODE] == K.ROWS and parts == want, (n, threads, parts)
+        units, per_unit = n * -(-m // 6), 6 * hw * hw
+        assert parts % threads == 0 and -(-units // parts) * per_unit <= max(K.EPILOGUE_ELEMS, per_unit)

@@ -307,11 +307,13 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         geo[MODE] = ROWS if nparts == 1 or even else TILES
         if geo[MODE] == ROWS:
             nparts = max(1, min(nparts, units))
-            if epilogue and geo[N] > nparts:
-                # parts of about an image each (a whole number per thread): the epilogue that follows a part
-                # finds its output in cache, not in memory (MobileNetV2's 16 -> 96 1x1 + Clip at 112x112,
-                # batch 8: 39 MB of output)
-                nparts = min(units, -(-int(geo[N]) // nparts) * nparts)
+            if epilogue:
+                # parts of at most ``EPILOGUE_ELEMS`` outputs (whole units, a whole number per thread): the
+                # epilogue that follows a part finds its output in cache, not in memory (MobileNetV2's 16 -> 96
+                # 1x1 + Clip at 112x112: 4.8 MB of output an image)
+                per_unit = _panel_units(geo) * int(geo[HO] * geo[WO])
+                chunks = -(-units // max(1, EPILOGUE_ELEMS // per_unit))
+                nparts = max(nparts, min(units // nparts * nparts, -(-chunks // nparts) * nparts))
         if is_pointwise(geo):
             return 1, nparts, 0
         rows = int(geo[N] * geo[C] * geo[KH] * geo[KW])
