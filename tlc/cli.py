@@ -2,10 +2,12 @@
 
     tlc-opt model.onnx -O2 -o model.opt.onnx --stats
     tlc-opt case.tlc --passes=cse --emit=tlc          # text IR on stdout (how the golden tests run it)
+    tlc-opt model.onnx -O3 --bisect [--feeds feeds.npz]   # name the first pass/rule that changes the outputs
 
 The output format follows the output file's extension unless ``--emit`` names one; without ``-o`` only
 ``--emit tlc`` writes (to stdout). User errors (a missing file, an unknown pass, a bad value) print one line with
-a hint and exit 1; argparse usage errors exit 2. Debugging flags only install pass instruments.
+a hint and exit 1; argparse usage errors exit 2; ``--bisect`` / ``--check-each`` exit 3 when a step changed the
+outputs (``tlc.passes.bisect.EXIT_FOUND``). Debugging flags only install pass instruments.
 
 To add options: write an ``_add_<group>_options(parser)`` function and call it from ``build_parser``, then read
 the new ``args`` fields in the step of ``run`` they belong to (load, optimize, write, report).
@@ -34,6 +36,7 @@ from .passes import (
     all_passes,
     describe_levels,
 )
+from .passes.bisect import DEFAULT_RTOL, EXIT_FOUND, bisect, load_feeds, write_reproducers
 from .passes.pipeline import MAX_OPT_LEVEL
 
 PROG = "tlc-opt"
@@ -57,8 +60,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_io_options(parser)
     _add_pipeline_options(parser)
     _add_debug_options(parser)
+    _add_bisect_options(parser)
     _add_run_options(parser)
     return parser
+
+
+def _add_bisect_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        f"bisection (exit status 0: no step changed the outputs; {EXIT_FOUND}: a step did; 1: an error)",
+        "A step is one pass run or one rule application inside a pass. After every step the reference executor "
+        "runs the graph on the feeds and its outputs are compared with the input graph's: integers bit for bit, "
+        "floats within --bisect-rtol of each output's largest magnitude. The graph before and after a bad step "
+        "is written as .tlc files to --reproducer DIR (default: OUTPUT's or INPUT's name + '.bisect', beside it).")
+    group.add_argument("--bisect", action="store_true",
+                       help="stop at the first step that changes the outputs beyond tolerance and name its pass, "
+                            "rule and node")
+    group.add_argument("--check-each", action="store_true",
+                       help="check after every step like --bisect, but run to the end and report every step that "
+                            "changed the outputs")
+    group.add_argument("--feeds", metavar="FILE.npz",
+                       help="inputs for the checks, one array per input name (default: fixed-seed random inputs, "
+                            "symbolic dims of size 2)")
+    group.add_argument("--bisect-rtol", type=float, metavar="X", default=None,
+                       help=f"float tolerance relative to each output's scale (default {DEFAULT_RTOL})")
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -147,8 +171,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"{PROG}: error: the following arguments are required: INPUT", file=sys.stderr)
         return 2
     out_format = check_outputs(args)
+    check_bisect_flags(args)
     manager = make_manager(args, sys.stderr)
     graph = load_input(args.input, progress=args.progress or _is_tty(sys.stderr))
+    if args.bisect or args.check_each:
+        return run_bisect(args, manager, graph, out_format, sys.stderr)
     optimized, report = manager.run(graph)
     write_outputs(args, optimized, out_format)
     if args.stats:
@@ -161,6 +188,45 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"{PROG}: {report.nodes_before} -> {report.nodes_after} nodes ({manager}); nothing written "
               f"(use -o FILE or --emit tlc)", file=sys.stderr)
     return 0
+
+
+def check_bisect_flags(args: argparse.Namespace) -> None:
+    """The bisection flags go together and with nothing that times or compiles."""
+    checking = args.bisect or args.check_each
+    for flag, value in (("--feeds", args.feeds), ("--bisect-rtol", args.bisect_rtol)):
+        if value is not None and not checking:
+            raise UsageError(f"{flag} is used only with --bisect or --check-each", "add --bisect")
+    if checking and args.bench:
+        raise UsageError("--bench cannot be combined with --bisect or --check-each", "run them separately")
+    if args.bisect_rtol is not None and not 0 <= args.bisect_rtol < 1:
+        raise UsageError(f"--bisect-rtol {args.bisect_rtol} is out of range: expected a number in [0, 1)")
+
+
+def run_bisect(args: argparse.Namespace, manager: PassManager, graph: Graph, out_format: str | None,
+               err: TextIO) -> int:
+    """``--bisect`` / ``--check-each``: the pipeline step by step against the reference; reproducers for bad steps.
+    The optimized graph is written (as without the flags) when the pipeline ran to its end."""
+    feeds = load_feeds(args.feeds) if args.feeds else None
+    rtol = DEFAULT_RTOL if args.bisect_rtol is None else args.bisect_rtol
+    result = bisect(graph, feeds, manager=manager, rtol=rtol, check_each=args.check_each)
+    where = "the feeds of " + args.feeds if args.feeds else "fixed-seed random inputs"
+    shapes = ", ".join(f"{k}{list(getattr(v, 'shape', []))}" for k, v in result.feeds.items())
+    print(f"{PROG}: checked {result.steps} steps ({manager}) against the reference executor on {where} ({shapes})",
+          file=err)
+    if result.findings:
+        write_reproducers(result, args.reproducer or default_reproducer_dir(args), keep=args.input)
+    for line in result.summary().splitlines():
+        print(f"{PROG}: {line.strip()}" if not line.startswith("  ") else f"{PROG}:   reproducer {line.strip()}",
+              file=err)
+    if result.graph is not None:
+        write_outputs(args, result.graph, out_format)
+    return EXIT_FOUND if result.findings else 0
+
+
+def default_reproducer_dir(args: argparse.Namespace) -> Path:
+    """``<output or input without its extension>.bisect``, beside that file."""
+    base = Path(args.output if args.output is not None else args.input)
+    return base.with_name(base.stem + ".bisect")
 
 
 def bench(args: argparse.Namespace, original: Graph, optimized: Graph, err: TextIO) -> None:

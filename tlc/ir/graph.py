@@ -425,6 +425,73 @@ class Graph:
         node.output_names[value.port] = name
         self._value_names[name] = value
 
+    def erase_if_dead(self, nodes: Iterable[Node | int], *, cascade: bool = True) -> int:
+        """Erase each of ``nodes`` that nothing reads any more (no consumer, no graph output); with ``cascade``,
+        then the producers that fed only erased nodes, and so on up. Graph inputs always stay. Returns how many
+        nodes were erased.
+
+        NOTE: ONNX operators have no side effects, so a node whose results nobody reads is dead whatever its op.
+        The one helper every pass uses after rewiring (the rewrite engine, dce's bypasses, the layout pass, fuse).
+        """
+        given = {n.id if isinstance(n, Node) else n for n in nodes}
+        stack = sorted(given)  # highest id first: consumers usually come after their producers
+        erased = 0
+        while stack:
+            nid = stack.pop()
+            if nid not in self.nx:
+                continue
+            node = self.node(nid)
+            if (node.op == "Input" and node.domain == "") or any(self.num_uses(v) for v in node.outputs):
+                continue
+            producers = sorted(src for src in self.nx._pred[nid] if cascade or src in given)
+            self.erase(node)
+            erased += 1
+            stack.extend(producers)  # they may have died with it
+        return erased
+
+    def adopt_output_name(self, value: Value, name: str) -> bool:
+        """Give ``value`` the graph-output name ``name`` it now computes, when nothing is lost by it; returns
+        whether it did.
+
+        Passes call this after pointing output ``name`` at ``value`` and erasing the node that held the name
+        (``replace_values`` does all three), so the output stays a named value rather than an alias of another
+        (which ONNX export writes as an Identity). Graph inputs keep their names (they are the interface), a value
+        that is also an output under another name keeps its own, and a name still in use is not taken.
+        """
+        if self.value_name(value) == name or name in self._value_names or self.node(value.node).op == "Input":
+            return False
+        if any(v == value and n != name for v, n in self.outputs):
+            return False
+        self.rename_value(value, name)
+        return True
+
+    def replace_values(self, pairs: Iterable[tuple[Value, Value]], dead: Iterable[Node | int] = (), *,
+                       cascade: bool = False) -> int:
+        """Make every use of each old value (graph outputs included) read its new one, erase the nodes of ``dead``
+        that nothing reads any more (``erase_if_dead``), then move each graph output's name onto the value now
+        behind it (``adopt_output_name``). Returns how many nodes were erased."""
+        names: list[tuple[Value, str]] = []
+        for old, new in pairs:
+            names += [(new, name) for v, name in self.outputs if v == old][:1]
+            self.replace_all_uses(old, new)
+        erased = self.erase_if_dead(dead, cascade=cascade)
+        for value, name in names:
+            self.adopt_output_name(value, name)
+        return erased
+
+    def rename_node(self, node: Node | int, name: str) -> None:
+        """Give ``node`` a new name; a single output named after the node is renamed with it."""
+        node = node if isinstance(node, Node) else self.node(node)
+        if name == node.name:
+            return
+        if name in self._node_names:
+            raise ValidationError(f"node name {name!r} is used twice in graph {self.name!r}")
+        if node.output_names == [node.name] and name not in self._value_names:
+            self.rename_value(node.output(0), name)
+        del self._node_names[node.name]
+        node.name = name
+        self._node_names[name] = node.id
+
     def remove_unused(self) -> int:
         """Erase nodes whose outputs reach no graph output (Input nodes stay: they are the interface)."""
         live: set[int] = set()
@@ -502,8 +569,12 @@ class Graph:
         if all(t is not None for n in nodes if n.op != "Input" for t in n.output_types):
             return False
         for node in nodes:
-            if node.op == "Constant" and node.domain == "" and node.output_types[0] is None:
-                node.output_types[0] = TensorType.of(node.attrs["value"])
+            if node.op == "Constant" and node.domain == "" and node.output_types[:1] == [None]:
+                value = node.attrs.get("value")  # NOTE: text read from a file may give a Constant no tensor
+                if not isinstance(value, np.ndarray):
+                    raise ValidationError(f"node {node.name!r} (Constant): expected a tensor attribute 'value', "
+                                          f"got {type(value).__name__}")
+                node.output_types[0] = TensorType.of(value)
         self.infer_types()
         return True
 

@@ -8,9 +8,21 @@ the dump label.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from ..ir.graph import Graph
+
+
+class StepHook(Protocol):
+    """Called after every rule application of the rewrite engine: ``hook(graph, pass_name, rule, node)``, with the
+    graph the rule rewrote (a body's graph, inside an If or Loop) and the name of the root node it replaced."""
+
+    def __call__(self, graph: Graph, pass_name: str, rule: str, node: str) -> None: ...
+
+
+class StopPipeline(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by an instrument or step hook to end the pipeline at once; the PassManager lets it through as it
+    is (never as a PassError), so the driver that raised it catches it (``tlc.passes.bisect``)."""
 
 
 @dataclass
@@ -21,6 +33,9 @@ class PassOptions:
     fast_math: bool = False            # allow rewrites that change rounding (reassociation, ...)
     fold_size_limit: int = 1 << 20     # folded results above this (elements) must be parameters: see fold.py
     target: str = "cpu"                # what kernels the layout cost model and fusion assume
+    #: called after every rule application (``StepHook``); the PassManager installs one that calls its
+    #: instruments' ``run_after_rule``. Passes that rewrite by rules hand it to ``apply_rules``.
+    step_hook: StepHook | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

@@ -20,7 +20,6 @@ from ..ops import lookup
 from ..ops.control import bodies, bodies_pure
 from .base import Pass, PassResult, register_pass
 from .dce import absorb
-from .naming import adopt_output_name
 
 
 @register_pass
@@ -70,13 +69,7 @@ def node_key(graph: Graph, node: Node) -> tuple | None:
 
 def merge(graph: Graph, node: Node, keep: Node) -> None:
     """Replace every use of ``node``'s outputs by ``keep``'s and erase ``node`` (``keep`` comes first in order)."""
-    renames = []
-    for old, new in zip(node.outputs, keep.outputs):
-        renames += [(new, name) for v, name in graph.outputs if v == old][:1]
-        graph.replace_all_uses(old, new)
-    graph.erase(node)
-    for value, name in renames:
-        adopt_output_name(graph, value, name)
+    graph.replace_values(zip(node.outputs, keep.outputs), [node])
 
 
 class _ConstantTable:

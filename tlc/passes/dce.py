@@ -1,5 +1,9 @@
 """dce: bypass Identity and inference-mode Dropout, then erase every node whose results reach no graph output.
 
+The bypass is the rewrite engine's ``forwarding`` rules (``rules/algebraic.py``: ``identity``,
+``dropout-inference``), the same ones ``simplify`` runs, so bisection names them; this module itself only finds
+and erases dead nodes.
+
 Graph inputs always stay, used or not: they are the model's interface. Unused constants go like any other node.
 ONNX operators have no side effects, so a node no output needs is dead whatever its op.
 
@@ -12,10 +16,11 @@ from __future__ import annotations
 
 import networkx as nx
 
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph
 from ..ops.control import bodies, drop_unused_captures
 from .base import Pass, PassResult, register_pass
-from .naming import adopt_output_name
+from .rewrite import apply_rules
+from .rules.algebraic import FORWARDING
 
 
 @register_pass
@@ -32,13 +37,7 @@ class DcePass(Pass):
             dropped = drop_unused_captures(graph, node)
             if dropped:
                 result.count("captures_dropped", dropped)
-        # Bypassing in id order: the order does not change the result (chains collapse either way).
-        for _, node in sorted(graph.nx.nodes(data="node")):
-            source = forwarded_input(graph, node)
-            if source is not None:
-                self.current_node = node.name
-                bypass(graph, node, source)
-                result.count("bypassed")
+        bypass(graph, result, self)
         dead = dead_nodes(graph)
         # NOTE: consumers before producers, so every node erased is unused by then.
         for nid in reversed(list(nx.topological_sort(graph.nx.subgraph(dead)))):
@@ -71,31 +70,18 @@ def dead_nodes(graph: Graph) -> set[int]:
             if nid not in live and not (node.domain == "" and node.op == "Input")}
 
 
-def forwarded_input(graph: Graph, node: Node) -> Value | None:
-    """The input value ``node`` merely passes on, when it is one: Identity, and Dropout in inference mode
-    (``training_mode`` absent or a constant false) whose mask output is unused."""
-    # NOTE: the op registry has no "forwards its input" trait yet; these two are ONNX's only such ops.
-    if node.domain != "" or node.op not in ("Identity", "Dropout"):
-        return None
-    inputs = graph.inputs_of(node)
-    if not inputs or inputs[0] is None:
-        return None
-    if node.op == "Dropout":
-        if any(graph.num_uses(v) for v in node.outputs[1:]):
-            return None
-        if len(inputs) > 2 and inputs[2] is not None:
-            training = graph.const_value(inputs[2])
-            if training is None or bool(training):
-                return None
-    return inputs[0]
-
-
-def bypass(graph: Graph, node: Node, source: Value) -> None:
-    """Make the users of ``node``'s first output read ``source`` and erase ``node``; a graph output it was keeps
-    its name, and ``source`` takes that name where it can (``adopt_output_name``)."""
-    out = node.outputs[0]
-    output_names = [name for v, name in graph.outputs if v == out]
-    graph.replace_all_uses(out, source)
-    graph.erase(node)
-    if output_names:
-        adopt_output_name(graph, source, output_names[0])
+def bypass(graph: Graph, result: PassResult, pass_: Pass) -> None:
+    """Apply the forwarding rules; count the bypassed nodes (``bypassed``) and what died with them, as the dead
+    code sweep counts its own (``constants_removed``, ``nodes_removed``)."""
+    constants = {nid for nid, node in graph.nx.nodes(data="node") if node.domain == "" and node.op == "Constant"}
+    before = set(graph.nx)
+    outcome = apply_rules(graph, FORWARDING.rules, pass_name=pass_.name, hook=pass_.options.step_hook)
+    if not outcome.total:
+        return
+    gone = before - set(graph.nx)
+    # NOTE: each application erases its root (never a constant); the rest died with it
+    counts = {"bypassed": outcome.total, "constants_removed": len(gone & constants),
+              "nodes_removed": len(gone - constants) - outcome.total}
+    for key, n in counts.items():
+        if n:
+            result.count(key, n)

@@ -53,7 +53,6 @@ from ..ops import OpDef, Trait, lookup
 from ..ops.control import bodies
 from .base import Pass, PassResult, register_pass
 from .dce import absorb
-from .naming import adopt_output_name
 
 #: inputs up to this many elements (in all) make a fold shareable: its key is cheap to build.
 _SHAREABLE_INPUTS = 4096
@@ -125,13 +124,7 @@ def inline_if(graph: Graph, node: Node, taken: bool) -> list[Value]:
     """Replace an If by the operations of the branch it takes; returns the values that replace its outputs."""
     branch = node.attrs["then_branch" if taken else "else_branch"]
     values = graph.inline(branch, graph.inputs_of(node)[1:], infer=True)
-    renames = []
-    for old, new in zip(node.outputs, values):
-        renames += [(new, name) for v, name in graph.outputs if v == old][:1]
-        graph.replace_all_uses(old, new)
-    graph.erase(node)
-    for value, name in renames:
-        adopt_output_name(graph, value, name)
+    graph.replace_values(zip(node.outputs, values), [node])
     return values
 
 

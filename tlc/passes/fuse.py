@@ -258,8 +258,7 @@ class FusePass(Pass):
             graph.replace_all_uses(old, new)
         for node in reversed(nodes):
             graph.erase(node)
-        for v in absorbed:  # an outer constant only the group read would be left dead (an unused initializer)
-            if not graph.is_output(v) and not any(True for _ in graph.users(v)):
-                graph.erase(graph.node(v.node))
+        # an outer constant only the group read would be left dead (an unused initializer)
+        graph.erase_if_dead([v.node for v in absorbed], cascade=False)
         for new, name in zip(fused, names):
             graph.rename_value(new, name)

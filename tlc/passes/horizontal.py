@@ -36,7 +36,6 @@ import numpy as np
 from ..ir.graph import Graph, Node, Value
 from ..ops import lookup
 from .base import Pass, PassResult, register_pass
-from .naming import adopt_output_name
 
 #: groups whose fused product exceeds this many multiply-adds per row of A (K * sum of N) are left alone: a
 #: product of that size is compute-bound, so a launch saved is nothing next to the Split's copy of the result
@@ -179,21 +178,8 @@ def _combine(graph: Graph, members: list[_Member]) -> None:
     parts = graph.add_node("Split", [fused, sizes], name=f"{first.name}_split", axis=-1,
                            output_names=[graph.fresh_name(f"{m.node.name}_part") for m in members])
     parts = parts if isinstance(parts, tuple) else (parts,)
-    _replace(graph, [(m.result, part) for m, part in zip(members, parts, strict=True)],
+    graph.replace_values([(m.result, part) for m, part in zip(members, parts, strict=True)],
              [n for m in members for n in (m.add, m.node) if n is not None])
-
-
-def _replace(graph: Graph, pairs: list[tuple[Value, Value]], dead: list[Node]) -> None:
-    """Point every use of each old value (graph outputs included) at its new one, erase the ``dead`` nodes,
-    then give a graph output's name to the value now behind it."""
-    names = []
-    for old, new in pairs:
-        names += [(new, name) for v, name in graph.outputs if v == old][:1]
-        graph.replace_all_uses(old, new)
-    for node in dead:
-        graph.erase(node)
-    for value, name in names:
-        adopt_output_name(graph, value, name)
 
 
 def _split_parts(graph: Graph, split: Node) -> tuple[list[int], int] | None:
@@ -242,7 +228,7 @@ def _hoist(graph: Graph, split: Node) -> bool:
                                output_names=[graph.fresh_name(f"{u.name}_part") for u in users],
                                attrs=dict(split.attrs))
     new_parts = new_parts if isinstance(new_parts, tuple) else (new_parts,)
-    _replace(graph, [(u.outputs[0], part) for u, part in zip(users, new_parts, strict=True)], [*users, split])
+    graph.replace_values([(u.outputs[0], part) for u, part in zip(users, new_parts, strict=True)], [*users, split])
     return True
 
 
@@ -262,7 +248,6 @@ def _join(graph: Graph, concat: Node) -> bool:
     axis = axis + out_type.rank if axis < 0 else axis
     if axis != parts[1]:
         return False
-    _replace(graph, [(concat.outputs[0], graph.inputs_of(split)[0])], [concat])
-    if not any(graph.num_uses(v) for v in split.outputs):
-        graph.erase(split)
+    graph.replace_values([(concat.outputs[0], graph.inputs_of(split)[0])], [concat])
+    graph.erase_if_dead([split], cascade=False)
     return True

@@ -1,6 +1,7 @@
 """Pass instruments: objects the PassManager calls around every pass (timing, IR printing, verification, progress).
 
 An instrument implements any of ``enter_pipeline(graph)``, ``run_before_pass(pass_, graph)``,
+``run_after_rule(graph, pass_name, rule, node)`` (after every rule application of the rewrite engine),
 ``run_after_pass(pass_, graph, result)`` and ``exit_pipeline(graph, report)``; ``PassInstrument`` gives no-op
 defaults. The CLI's debugging flags only install instruments; passes never print.
 """
@@ -27,6 +28,9 @@ class PassInstrument:
         pass
 
     def run_before_pass(self, pass_: Pass, graph: Graph) -> None:
+        pass
+
+    def run_after_rule(self, graph: Graph, pass_name: str, rule: str, node: str) -> None:
         pass
 
     def run_after_pass(self, pass_: Pass, graph: Graph, result: PassResult) -> None:

@@ -7,7 +7,8 @@ A region is a connected set of 4-D ops that have a channels-last form: layout-se
 (``layout_cost``) predicts the kernels' time in both layouts plus the transposes at the region's boundary: one
 per value entering (constants are transposed at compile time, free) and one per value leaving. A region is
 rewritten only when NHWC wins by the model's margin; otherwise the graph is left exactly as it was. Then the
-transpose rules of ``layout_transpose`` cancel, compose, fold and sink what transposes there are.
+transpose rules (``rules/transpose.py``, run by the rewrite engine) cancel, compose, fold and sink what
+transposes there are.
 
 ``prefer`` (a constructor argument) overrides the model: ``"nhwc"`` rewrites every region, ``"nchw"`` none.
 """
@@ -21,7 +22,7 @@ from ..ops import Trait, lookup
 from ..ops.layout_ops import AXIS_OPS, NCHW_TO_NHWC, NHWC_TO_NCHW, twin_of
 from . import layout_cost
 from .base import Pass, PassOptions, PassResult, register_pass
-from .layout_transpose import erase_if_unused, permute_constant, simplify_transposes, transposes_for_free
+from .layout_transpose import permute_constant, simplify_transposes, transposes_for_free
 
 PREFERENCES = ("auto", "nchw", "nhwc")
 
@@ -213,9 +214,7 @@ class _Rewriter:
         feeding = {v.node for node in self.region.nodes for v in g.inputs_of(node) if v is not None}
         for node in reversed(self.region.nodes):
             g.erase(node)
-        for nid in sorted(feeding - self.region.ids):  # what only the region read (NCHW weights)
-            if nid in g.nx:
-                erase_if_unused(g, g.node(nid))
+        g.erase_if_dead(feeding - self.region.ids, cascade=True)  # what only the region read (NCHW weights)
         for name, back in exits:  # the values leaving keep their names (graph outputs above all)
             if not g.has_value(name):
                 g.rename_value(back, name)
@@ -248,7 +247,8 @@ class LayoutPass(Pass):
                 else:
                     result.note("regions_kept_nchw")
             self.current_node = None
-        simplify_transposes(graph, result, self.options.fold_size_limit)
+        simplify_transposes(graph, result, self.options.fold_size_limit, hook=self.options.step_hook,
+                            pass_name=self.name)
         return result
 
 

@@ -3,6 +3,11 @@
 NOTE: the caller's graph is never modified: ``run`` copies it once and the passes mutate that copy in place.
 When a pass raises, the manager raises ``PassError`` naming the pass (and the node, when the pass said which)
 and, when a reproducer directory is configured, writes the graph as it was before that pass there.
+``StopPipeline`` (raised by an instrument to end the run) goes through as it is.
+
+Steps: every pass run is one step, and so is every rule application inside a pass that rewrites by rules
+(simplify, dce, layout): the manager hands the passes a ``PassOptions.step_hook`` that calls its instruments'
+``run_after_rule`` after each one, so an instrument sees the graph after every step in one deterministic order.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 from ..errors import PassError, ValidationError
 from ..ir.graph import Graph
 from ..ir.text import save_text
-from .base import Pass, PassOptions, PassResult
+from .base import Pass, PassOptions, PassResult, StopPipeline
 from .instruments import PassInstrument, VerifyInstrument
 from .pipeline import Stage, known_passes, level_pipeline, parse_pipeline, unknown_pass_error
 from .report import PassRecord, PassReport, StageRecord
@@ -43,7 +48,8 @@ class PassManager:
         options = options or PassOptions()
         if opt_level is not None:
             options = dataclasses.replace(options, opt_level=opt_level)
-        self.options = options
+        self._caller_hook = options.step_hook
+        self.options = dataclasses.replace(options, step_hook=self._after_rule)
         if not isinstance(max_iterations, int) or max_iterations < 1:
             raise PassError(f"max_iterations must be a positive int, got {max_iterations!r}")
         self.max_iterations = max_iterations
@@ -122,6 +128,8 @@ class PassManager:
             if not isinstance(result, PassResult):
                 raise TypeError(f"run() returned {type(result).__name__}, expected a PassResult")
             self._notify("run_after_pass", p, graph, result)
+        except StopPipeline:
+            raise
         except Exception as exc:
             raise self._failure(p, exc, snapshot, len(report.records)) from exc
         report.records.append(PassRecord(p.name, stage, iteration, seconds, result.changed, dict(result.stats),
@@ -134,6 +142,12 @@ class PassManager:
         if item not in cache:
             cache[item] = known_passes()[item](self.options)
         return cache[item]
+
+    def _after_rule(self, graph: Graph, pass_name: str, rule: str, node: str) -> None:
+        """The step hook the passes get: the caller's own hook, then each instrument's ``run_after_rule``."""
+        if self._caller_hook is not None:
+            self._caller_hook(graph, pass_name, rule, node)
+        self._notify("run_after_rule", graph, pass_name, rule, node)
 
     def _notify(self, hook: str, *args: Any) -> None:
         for instrument in self.instruments:
@@ -197,12 +211,15 @@ def optimize(graph: Graph, opt_level: int = 2, passes: str | Sequence[object] | 
     ``options`` are ``PassOptions`` fields (``fast_math``, ``fold_size_limit``, ``target``) and PassManager
     settings (``max_iterations``, ``skip``, ``verify_each``, ``instruments``, ``reproducer_dir``).
     """
+    return make_manager(opt_level, passes, **options).run(graph)
+
+
+def make_manager(opt_level: int = 2, passes: str | Sequence[object] | None = None, **options: Any) -> PassManager:
+    """The PassManager ``optimize`` runs, for the same arguments (``tlc.passes.bisect`` runs one step by step)."""
     fields = {f.name for f in dataclasses.fields(PassOptions)} - {"opt_level"}
     unknown = sorted(set(options) - fields - set(_MANAGER_OPTIONS))
     if unknown:
         raise TypeError(f"optimize() got unknown option(s) {', '.join(unknown)}; "
                         f"known: {', '.join(sorted(fields | set(_MANAGER_OPTIONS)))}")
     pass_options = PassOptions(opt_level=opt_level, **{k: v for k, v in options.items() if k in fields})
-    manager = PassManager(passes, opt_level, pass_options,
-                          **{k: v for k, v in options.items() if k in _MANAGER_OPTIONS})
-    return manager.run(graph)
+    return PassManager(passes, opt_level, pass_options, **{k: v for k, v in options.items() if k in _MANAGER_OPTIONS})

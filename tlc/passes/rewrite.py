@@ -1,9 +1,16 @@
 """The rewrite engine: rules are data (pattern, check with a reason, rewrite); one driver applies any rule set.
 
 A ``Rule`` pairs a DAG pattern (``tlc.passes.patterns``) with an optional ``check(match) -> None | reason`` and a
-``rewrite(match, builder) -> Value | list[Value]`` that builds the replacement with the Graph API. The driver
-(``apply_rules``) replaces the root's uses, erases the matched nodes that became dead, keeps graph output names,
-and checks that the replacement has the root's type.
+``rewrite(match, builder) -> Value | list[Value]`` that builds the replacement with the Graph API (None for an
+output nothing reads). The driver (``apply_rules``) replaces the root's uses, erases the matched nodes that became
+dead, keeps graph output names (``Graph.replace_values``), and checks that the replacement has the root's type.
+Every pass that rewrites by rules runs them here: ``simplify`` (all rule sets), ``dce`` (Identity/Dropout
+bypass) and ``layout`` (the transpose rules).
+
+Steps: each rule application is one step of the pipeline. ``apply_rules(..., hook=...)`` calls
+``hook(graph, pass_name, rule_name, node_name)`` after every application (the PassManager hands its
+instruments' ``run_after_rule`` down this way, through ``PassOptions.step_hook``), so a driver can check the
+graph after each one (``tlc.passes.bisect``) or stop the pipeline by raising ``StopPipeline``.
 
 Driver order (deterministic): sweeps over the rule list in order; each rule visits the nodes its root could
 match in topological order (node id breaks ties; nodes created during the sweep come after, in creation order)
@@ -19,7 +26,7 @@ A matched intermediate whose value has users outside the match is not deleted: u
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,19 +35,19 @@ import numpy as np
 from ..errors import PassError
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
-from ..ops.registry import is_registered, lookup
-from .base import PassOptions
+from ..ops.registry import is_registered
+from .base import PassOptions, StepHook
 from .match import Match, MatchContext
 from .patterns import FLOAT, Const, OneOf, Op, Opt, Pattern, Var, find_matches
 
 #: the pattern DSL is re-exported here: rule modules import everything they need from ``tlc.passes.rewrite``.
 __all__ = ["FLOAT", "Builder", "Const", "Match", "NearMiss", "OneOf", "Op", "Opt", "Pattern", "RewriteResult", "Rule",
-           "RuleSet", "Tracer", "Var", "apply_rules", "erase_dead", "find_match"]
+           "RuleSet", "StepHook", "Tracer", "Var", "apply_rules", "find_match"]
 
 logger = logging.getLogger("tlc.passes.rewrite")
 
 CheckFn = Callable[[Match], "str | None"]
-RewriteFn = Callable[[Match, "Builder"], "Value | Sequence[Value]"]
+RewriteFn = Callable[[Match, "Builder"], "Value | Sequence[Value | None]"]
 
 
 @dataclass(frozen=True)
@@ -131,15 +138,22 @@ class Builder:
         self.graph = graph
         self.root = root
         self.created: list[int] = []
+        self.heir: int | None = None
 
     def op(self, op: str, *inputs: Value | None, domain: str = "", num_outputs: int | None = None,
-           **attrs: Any) -> Any:
-        """Add ``op`` on ``inputs`` (None = missing optional input); returns its output (a tuple when several)."""
-        out = self.graph.add_node(op, list(inputs), domain=domain, name=op,
+           node_name: str | None = None, **attrs: Any) -> Any:
+        """Add ``op`` on ``inputs`` (None = missing optional input); returns its output (a tuple when several).
+        The node is named ``node_name`` (made unique) or after its op type."""
+        out = self.graph.add_node(op, list(inputs), domain=domain, name=node_name or op,
                                   num_outputs=num_outputs, attrs=attrs)
         first = out if isinstance(out, Value) else out[0]
         self.created.append(first.node)
         return out
+
+    def inherit_root_name(self, value: Value) -> None:
+        """Once the root is erased, the node of ``value`` (built here) takes the root's name: a rewrite that
+        rebuilds the root on other inputs (transpose sinking) keeps the names readers know."""
+        self.heir = value.node
 
     def constant(self, array: object, like: Value | None = None, name: str | None = None) -> Value:
         """A new constant; with ``like`` it takes that value's dtype."""
@@ -204,15 +218,16 @@ def _shared_intermediate(graph: Graph, match: Match) -> str | None:
 
 
 def apply_rules(graph: Graph, rules: Sequence[Rule], *, max_sweeps: int = 16, tracer: Tracer | None = None,
-                pass_name: str = "rewrite") -> RewriteResult:
-    """Apply ``rules`` greedily to a fixed point (see the module docstring for the order); mutates ``graph``."""
+                pass_name: str = "rewrite", hook: StepHook | None = None) -> RewriteResult:
+    """Apply ``rules`` greedily to a fixed point (see the module docstring for the order); mutates ``graph``.
+    ``hook`` is called after every rule application (see "Steps" in the module docstring)."""
     if tracer is None and logger.isEnabledFor(logging.DEBUG):
         tracer = Tracer()
     result = RewriteResult(converged=False)
     before = len(graph)
     for _ in range(max_sweeps):
         result.sweeps += 1
-        if not _sweep(graph, rules, tracer, result, pass_name):
+        if not _sweep(graph, rules, tracer, result, pass_name, hook):
             result.converged = True
             break
     result.nodes_removed = before - len(graph)
@@ -223,7 +238,7 @@ def apply_rules(graph: Graph, rules: Sequence[Rule], *, max_sweeps: int = 16, tr
 
 
 def _sweep(graph: Graph, rules: Sequence[Rule], tracer: Tracer | None, result: RewriteResult,
-           pass_name: str) -> bool:
+           pass_name: str, hook: StepHook | None) -> bool:
     """One pass over every rule; True when something changed.
 
     NOTE: the topological order is computed once per sweep (it is the expensive part); nodes created during the
@@ -255,6 +270,8 @@ def _sweep(graph: Graph, rules: Sequence[Rule], tracer: Tracer | None, result: R
             result.counts[rule.name] = result.counts.get(rule.name, 0) + 1
             if tracer is not None:
                 tracer.fired(rule, node)
+            if hook is not None:
+                hook(graph, pass_name, rule.name, node.name)
             changed = True
     return changed
 
@@ -272,15 +289,21 @@ def _apply(graph: Graph, rule: Rule, match: Match, pass_name: str) -> list[int]:
     for nid in builder.created:
         if any(v is not None and v.node == root.id for v in graph.inputs_of(nid)):
             raise PassError(f"{where}: the replacement reads the root it replaces", pass_name, root.name)
-    renames = []
+    pairs = []
     for old, new in zip(root.outputs, news):
+        if new is None:
+            if graph.num_uses(old):
+                raise PassError(f"{where}: the rewrite gave no value for output {old.port}, which is used",
+                                pass_name, root.name)
+            continue
         _check_same_type(graph.type_of(old), graph.type_of(new), f"{where}, output {old.port}", pass_name, root)
-        if any(v == old and name == graph.value_name(old) for v, name in graph.outputs):
-            renames.append((new, graph.value_name(old)))
-        graph.replace_all_uses(old, new)
-    erase_dead(graph, [root, *match.matched])
-    for new, name in renames:
-        _adopt_output_name(graph, new, name)
+        pairs.append((old, new))
+    graph.replace_values(pairs, [root, *match.matched], cascade=True)
+    if builder.heir is not None and root.id not in graph.nx and builder.heir in graph.nx:
+        try:
+            graph.node(root.name)
+        except KeyError:  # the name is free
+            graph.rename_node(builder.heir, root.name)
     return builder.created
 
 
@@ -302,34 +325,3 @@ def _types_fit(old, new) -> bool:
         ok = len(old.shape) == len(new.shape) and all(
             a == b for a, b in zip(old.shape, new.shape) if isinstance(a, int) and isinstance(b, int))
     return ok
-
-
-def erase_dead(graph: Graph, candidates: Iterable[Node]) -> int:
-    """Erase candidates whose outputs are unused, then producers that became unused (pure ops only)."""
-    stack = sorted({n.id for n in candidates})
-    erased = 0
-    while stack:
-        nid = stack.pop()
-        if nid not in graph.nx:
-            continue
-        node = graph.node(nid)
-        opdef = lookup(node.op, node.domain)
-        if node.op == "Input" or opdef is None or not opdef.is_pure:
-            continue
-        if any(graph.num_uses(v) for v in node.outputs):
-            continue
-        producers = {v.node for v in graph.inputs_of(node) if v is not None}
-        graph.erase(node)
-        erased += 1
-        stack.extend(sorted(producers))
-    return erased
-
-
-def _adopt_output_name(graph: Graph, value: Value, name: str) -> None:
-    """Give ``value`` the name of the graph output it now computes (the replaced value had it), when it can:
-    the name is free again, the value is no graph input, and it is not also an output under another name."""
-    if graph.value_name(value) == name or graph.has_value(name) or graph.node(value.node).op == "Input":
-        return
-    if any(v == value and n != name for v, n in graph.outputs):
-        return
-    graph.rename_value(value, name)

@@ -64,7 +64,7 @@ class SimplifyPass(Pass):
     def run(self, graph: Graph) -> PassResult:
         graph.infer_missing_types()  # text IR may omit types; rules check types before they fire
         outcome = apply_rules(graph, self.active_rules(), max_sweeps=self.max_sweeps, tracer=self.tracer,
-                              pass_name=self.name)
+                              pass_name=self.name, hook=self.options.step_hook)
         result = PassResult()
         for rule, n in outcome.counts.items():
             result.count(rule, n)

@@ -8,6 +8,9 @@ disturb the constants the recognitions look for.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from ..rewrite import Rule, RuleSet
 from . import algebraic, arith, batchnorm, gelu, gemm, layernorm, power, qdq, softmax, transformer
 
@@ -25,9 +28,28 @@ RULE_SETS: tuple[RuleSet, ...] = (
 )
 
 
+#: rule sets added for a while by ``extra_rule_set`` (tests plant a broken rule this way), run after the others
+_EXTRA: list[RuleSet] = []
+
+
 def all_rules() -> list[tuple[RuleSet, Rule]]:
     """Every rule with its set, in driver order."""
-    return [(rs, rule) for rs in RULE_SETS for rule in rs.rules]
+    return [(rs, rule) for rs in (*RULE_SETS, *_EXTRA) for rule in rs.rules]
+
+
+@contextmanager
+def extra_rule_set(rule_set: RuleSet) -> Iterator[RuleSet]:
+    """Let ``simplify`` run ``rule_set`` after the built-in sets while the block runs.
+
+    For tests and experiments: a test plants a deliberately wrong rule and checks that ``tlc.passes.bisect``
+    names it. Rule names must stay unique.
+    """
+    _EXTRA.append(rule_set)
+    try:
+        _check_unique()
+        yield rule_set
+    finally:
+        _EXTRA.remove(rule_set)
 
 
 def _check_unique() -> None:

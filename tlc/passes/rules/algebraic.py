@@ -1,7 +1,8 @@
 """Algebraic identities exact in floating point, and layout ops that do nothing (all at -O1).
 
 Exact means bit-identical results for every input, nan, inf and signed zeros included:
-``x*1``, ``x/1``, ``Neg(Neg x)``, ``Identity``, inference ``Dropout``, and layout ops whose output is their input.
+``x*1``, ``x/1``, ``Neg(Neg x)``, ``Identity``, inference ``Dropout`` (``FORWARDING``, which dce runs too), and
+layout ops whose output is their input (the transpose rules are ``rules/transpose.py``'s).
 Identities on broadcasting ops fire only when the output has exactly x's type (``x + zeros(4, 8)`` with x of
 shape [8] keeps its Add).
 
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.graph import Value
 from ..rewrite import Builder, Const, Match, Op, Opt, Rule, RuleSet, Var
+from . import transpose
 from .common import SLICE_TO_END, int_list, is_int, normalize, root_keeps_type, shapes_known_equal
 
 X = Var("x")
@@ -37,8 +40,13 @@ def _zero_sign_reason(m: Match, negative: bool) -> str | None:
     return None
 
 
+def _forward(m: Match, b: Builder) -> list[Value | None]:
+    """x for the first output; nothing for the others (the checks made sure no one reads them)."""
+    return [m["x"]] + [None] * (m.root.num_outputs - 1)
+
+
 def _dropout_check(m: Match) -> str | None:
-    if m.root.num_outputs != 1:
+    if any(m.graph.num_uses(v) for v in m.root.outputs[1:]):
         return "the mask output is used"
     training = m.const("training")
     if "training" in m and (training is None or bool(np.asarray(training).any())):
@@ -48,40 +56,6 @@ def _dropout_check(m: Match) -> str | None:
 
 def _cast_check(m: Match) -> str | None:
     return root_keeps_type(m)
-
-
-def _perm(m: Match, node: str) -> list[int] | None:
-    """The node's permutation with ONNX's default (reversed axes) resolved; None when the rank is unknown."""
-    perm = m.attrs(node).get("perm")
-    if perm is not None:
-        return list(perm)
-    ttype = m.graph.type_of(m.graph.inputs_of(m.node(node))[0])
-    return None if ttype is None or ttype.rank is None else list(reversed(range(ttype.rank)))
-
-
-def _transpose_identity_check(m: Match) -> str | None:
-    perm = _perm(m, "t")
-    if perm is None:
-        return "rank unknown, default perm cannot be resolved"
-    return None if perm == list(range(len(perm))) else f"perm {perm} is not the identity"
-
-
-def _composed(m: Match) -> list[int] | None:
-    inner, outer = _perm(m, "inner"), _perm(m, "outer")
-    if inner is None or outer is None or len(inner) != len(outer):
-        return None
-    return [inner[j] for j in outer]
-
-
-def _transpose_pair_rewrite(m: Match, b: Builder):
-    perm = _composed(m)
-    if perm == list(range(len(perm))):
-        return m["x"]
-    return b.op("Transpose", m["x"], perm=perm)
-
-
-def _transpose_pair_check(m: Match) -> str | None:
-    return None if _composed(m) is not None else "a perm cannot be resolved (rank unknown)"
 
 
 def _same_shape_check(m: Match) -> str | None:
@@ -139,10 +113,15 @@ def _shape_kept(m: Match) -> str | None:
 
 _ZERO = Const(0.0, "zero")
 
-RULES = RuleSet("algebraic", (
+#: ops that merely pass their input on; dce bypasses them too, with these same rules
+FORWARDING = RuleSet("forwarding", (
     Rule("identity", Op("Identity", X), _x, description="Identity(x) -> x"),
-    Rule("dropout-inference", Op("Dropout", X, Opt(), Opt(Const(name="training"))), _x, _dropout_check,
+    Rule("dropout-inference", Op("Dropout", X, Opt(), Opt(Const(name="training"))), _forward, _dropout_check,
          description="Dropout(x) in inference mode, mask unused -> x"),
+), "ops that pass their input on")
+
+RULES = RuleSet("algebraic", (
+    *FORWARDING.rules,
     Rule("neg-neg", Op("Neg", Op("Neg", X)), _x, description="Neg(Neg(x)) -> x"),
     Rule("mul-one", Op("Mul", X, Const(1.0)), _x, root_keeps_type, description="x * 1 -> x"),
     Rule("div-one", Op("Div", X, Const(1.0)), _x, root_keeps_type, description="x / 1 -> x"),
@@ -155,11 +134,7 @@ RULES = RuleSet("algebraic", (
     Rule("sub-zero-nsz", Op("Sub", X, _ZERO), _x, root_keeps_type, fast_math=True,
          description="x - 0 -> x ignoring the sign of zero"),
     Rule("cast-same-type", Op("Cast", X), _x, _cast_check, description="Cast(x) to x's own dtype -> x"),
-    Rule("transpose-identity", Op("Transpose", X, name="t"), _x, _transpose_identity_check,
-         description="Transpose with the identity perm -> x"),
-    Rule("transpose-transpose", Op("Transpose", Op("Transpose", X, name="inner", shared=True), name="outer"),
-         _transpose_pair_rewrite, _transpose_pair_check,
-         description="Transpose(Transpose(x)) -> one Transpose with the composed perm, or x"),
+    *transpose.RULES.rules,   # identity, cancel, compose: the same Rule objects the layout pass runs
     Rule("reshape-same-shape", Op("Reshape", X, Var()), _x, _same_shape_check,
          description="Reshape to x's own shape -> x"),
     Rule("reshape-reshape", Op("Reshape", Op("Reshape", X, Var(), shared=True), Const(name="shape"),
