@@ -9,13 +9,19 @@ llvmlite, the mathlib sources (inlined into every kernel) and the host CPU.
 Several processes may share a directory: files are written to a temporary name and moved into place with
 ``os.replace``, and Numba does the same for its own files. An entry whose ``.py`` does not hold the expected
 source, or whose Numba files fail to load, is deleted and rebuilt (``purge``).
+
+A directory that cannot be written (read-only, full, not ours) costs caching, never the kernels: the first
+``OSError`` from writing an entry, ours or Numba's, switches the cache to a private temporary directory for the
+rest of the process (``unwritable``), and ``problem`` says why, for the plan's warning and ``stats()``.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -64,6 +70,8 @@ class KernelCache:
         self._modules: dict[str, ModuleType] = {}
         self._lock = threading.RLock()
         self._env: str | None = None
+        self._scratch: Path | None = None   # where entries go once ``path`` cannot be written
+        self.problem: str | None = None     # why kernels are not kept on disk, once that happened
 
     def key(self, source: str) -> str:
         if self._env is None:
@@ -80,26 +88,56 @@ class KernelCache:
             module = self._modules.get(key)
             if module is not None:
                 return module
-            self.path.mkdir(parents=True, exist_ok=True)
-            file = self.path / f"{key}.py"
-            if _read(file) != source:
-                if file.exists():  # a stale or damaged entry: its Numba files cannot be trusted either
-                    self.purge(key)
-                _atomic_write(file, source)
+            if self._scratch is None:
+                try:
+                    file = self._write(self.path, key, source)
+                except OSError as exc:
+                    self.unwritable(exc)
+            if self._scratch is not None:   # an OSError here too fails the compile, with its reason
+                file = self._write(self._scratch, key, source)
             module = _import(f"tlc_kernel_{key}", file)
             self._modules[key] = module
             return module
 
-    def purge(self, key: str) -> None:
-        """Forget ``key``: delete its source and Numba's files for it, here and in memory."""
+    def _write(self, folder: Path, key: str, source: str) -> Path:
+        """``folder/<key>.py`` holding ``source`` (rewritten when it does not)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        file = folder / f"{key}.py"
+        if _read(file) != source:
+            if file.exists():  # a stale or damaged entry: its Numba files cannot be trusted either
+                self.purge(key)
+            _atomic_write(file, source)
+        return file
+
+    def unwritable(self, exc: OSError) -> None:
+        """Writing under ``path`` failed with ``exc``: keep entries in a private temporary directory from now on
+        (removed at exit), so kernels still compile, and record why in ``problem``. Modules loaded already stay."""
+        with self._lock:
+            if self._scratch is not None:
+                return
+            scratch = Path(tempfile.mkdtemp(prefix="tlc-kernels-"))
+            atexit.register(shutil.rmtree, scratch, True)
+            self._scratch = scratch
+            self.problem = (f"kernel cache {self.path} cannot be written ({type(exc).__name__}: [Errno {exc.errno}] "
+                            f"{exc.strerror}); kernels compile for this process only, in {scratch}")
+
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s module from memory only (its files stay)."""
         with self._lock:
             self._modules.pop(key, None)
             sys.modules.pop(f"tlc_kernel_{key}", None)
-            candidates = [self.path / f"{key}.py", *(self.path / "__pycache__").glob(f"{key}.*")]
+
+    def purge(self, key: str) -> None:
+        """Forget ``key``: delete its source and Numba's files for it, here and in memory (what cannot be deleted,
+        in a directory we cannot write, stays: its source no longer matches or Numba rejects it again)."""
+        with self._lock:
+            self.forget(key)
+            folder = self._scratch or self.path
+            candidates = [folder / f"{key}.py", *(folder / "__pycache__").glob(f"{key}.*")]
             for f in candidates:
                 try:
                     f.unlink()
-                except FileNotFoundError:
+                except OSError:
                     pass
 
     def clear_memory(self) -> None:

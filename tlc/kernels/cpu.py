@@ -391,6 +391,10 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
         M.assign(f"sc_{v}", M.call("np.empty", M.name(length), M.dotted(M.np_type(plan.dtypes[v]))))
         for v in sorted(sched.materialized)
     ]
+    task += [
+        M.assign(f"ss_{r.target}", M.call("np.empty", M.name(length), M.dotted(M.np_type(r.dtype))))
+        for p in range(sched.npasses) for r in _split_sums(plan, variant, sched, p)
+    ]
     task.append(M.assign("r0", M.binop(M.name("task"), "*", M.name("per"))))
     task.append(M.assign("r1", M.call("min", M.binop(M.name("r0"), "+", M.name("per")), M.name("rows"))))
     row = split_index("r", layout, outer) + _bases(layout, outer)
@@ -425,8 +429,9 @@ def _row_pass(plan: KernelPlan, variant: Variant, sched: RowSchedule, p: int, le
         for v in sorted(sched.materialized)
         if sched.element_pass[v] == p and v in sched.computed[p]
     ]
+    split = _split_sums(plan, variant, sched, p)
     for r in reduces:
-        body += _acc_update(r)
+        body += [M.store(f"ss_{r.target}", unsigned(j), M.name(r.source))] if r in split else _acc_update(r)
     for m, var in plan.stores:
         if sched.is_element(var) and sched.element_pass[var] == p:
             body.append(
@@ -436,8 +441,27 @@ def _row_pass(plan: KernelPlan, variant: Variant, sched: RowSchedule, p: int, le
                     M.name(var),
                 )
             )
+    loops = [M.loop("j", M.integer(0), M.name(length), body)]
+    for r in split:   # the sum alone over what the pass kept: a loop of loads only
+        acc = f"acc_{r.target}"
+        loops.append(M.loop("j", M.integer(0), M.name(length), [
+            M.assign(acc, M.call("ml.acc_add", M.name(acc), M.index(f"ss_{r.target}", unsigned(j))))]))
     after = [st for r in reduces for st in _acc_final(r)]
-    return before + [M.loop("j", M.integer(0), M.name(length), body)] + after
+    return before + loops + after
+
+
+def _split_sums(plan: KernelPlan, variant: Variant, sched: RowSchedule, p: int) -> list[Reduce]:
+    """The float sums of pass ``p`` whose loop also stores (to scratch or an output): each gets a loop of its
+    own. NOTE: in a loop that loads and stores, LLVM guards its vector code with a run-time check of how far
+    apart the arrays lie and runs a scalar copy when they are close; a reassociated sum then adds in another
+    order, so the same row summed to a result that depended on where the heap placed the arrays (1 ulp, in ~5%
+    of runs of a Softmax whose output is a fresh array; tools/stress.py). A loop of loads only has no check."""
+    stores = any(sched.element_pass[v] == p and v in sched.computed[p] for v in sched.materialized) or any(
+        sched.is_element(var) and sched.element_pass[var] == p for _, var in plan.stores)
+    if not stores:
+        return []
+    return [s for s in plan.steps if isinstance(s, Reduce) and sched.element_pass[s.source] == p
+            and s.op == "sum" and not s.dtype.startswith(("int", "uint", "bool"))]
 
 
 def layout_full_last(variant: Variant, operand: int) -> bool:

@@ -7,6 +7,9 @@ IR text), cached as ``<name>-<key>.o`` with the key a hash of the bytes of ``mod
 is a function of), the CPU, its features and llvmlite's version; ``symbols`` are registered with
 LLVM so compiled code (Numba's included) links them by name. The engine owns the machine code: keep it for the
 life of the process.
+
+The file ends with the SHA-256 of the object before it, checked before LLVM sees the bytes: LLVM aborts the
+whole process (a fatal error, not an exception) on a truncated or foreign object file.
 """
 
 from __future__ import annotations
@@ -27,17 +30,29 @@ def engine_for(name: str, module_files: Sequence[str], source: Callable[[], str]
     llvm.initialize_native_asmprinter()
     cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     code = hashlib.sha256(b"".join(Path(f).read_bytes() for f in module_files)).hexdigest()
-    key = hashlib.sha256(f"{code}|{cpu}|{features}|{llvmlite.__version__}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{FORMAT}|{code}|{cpu}|{features}|{llvmlite.__version__}".encode()).hexdigest()[:24]
     path = default_cache_dir() / f"{name}-{key}.o"
     machine = llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(
         cpu=cpu, features=features, opt=3)
     try:
-        engine = _engine(machine, path, source, path.read_bytes())
-        if all(engine.get_function_address(symbol) for symbol in symbols):
-            return _registered(engine, symbols)
+        obj = _checked(path.read_bytes())
+        if obj is not None:
+            engine = _engine(machine, path, source, obj)
+            if all(engine.get_function_address(symbol) for symbol in symbols):
+                return _registered(engine, symbols)
     except (OSError, RuntimeError):
         pass   # no cached machine code, or one LLVM cannot load: compile it
     return _registered(_engine(machine, path, source, None), symbols)
+
+
+FORMAT = 2   # of the cached file (part of its key): 2 = the object, then its SHA-256
+_DIGEST = 32
+
+
+def _checked(stored: bytes) -> bytes | None:
+    """The object in a cached file, or None when the file is not whole (cut short, overwritten, foreign)."""
+    obj, digest = stored[:-_DIGEST], stored[-_DIGEST:]
+    return obj if len(stored) > _DIGEST and hashlib.sha256(obj).digest() == digest else None
 
 
 def _engine(machine, path: Path, source: Callable[[], str], obj: bytes | None):
@@ -54,7 +69,7 @@ def _engine(machine, path: Path, source: Callable[[], str], obj: bytes | None):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(buffer)
+            tmp.write_bytes(bytes(buffer) + hashlib.sha256(buffer).digest())
             os.replace(tmp, path)
         except OSError:
             pass   # a read-only cache only costs the next process the compile

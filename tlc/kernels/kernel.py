@@ -90,6 +90,11 @@ class Kernel:
                 raise CompileError(
                     f"Numba failed to compile {self.plan.kind} kernel {key[:12]}: {type(exc).__name__}: {exc}"
                 ) from exc
+            except OSError as exc:  # Numba could not save to the cache (read-only, full): compile it elsewhere
+                if attempt:
+                    raise CompileError(f"{self.plan.kind} kernel {key[:12]} cannot be cached: {exc}") from exc
+                self._cache.unwritable(exc)
+                self._cache.forget(key)
             except Exception as exc:  # a damaged Numba cache entry: rebuild it once, then give up
                 if attempt:
                     raise CompileError(

@@ -187,15 +187,21 @@ def minimum(a, b):
 
 @njit(inline="always", **_JIT)
 def int_div(a, b):
-    """Integer division truncating toward zero (C and onnxruntime semantics; Python's // floors)."""
+    """Integer division truncating toward zero (C and onnxruntime semantics; Python's // floors).
+
+    As the reference computes it where C leaves it undefined: a zero divisor gives 0, MIN / -1 wraps to MIN
+    (Numba's ``//`` gives 0 for both, and the truncation fix-up then made -5 / 0 into 1)."""
     q = a // b
-    return q + ((a - q * b != 0) & ((a < 0) != (b < 0)))
+    q = q + ((a - q * b != 0) & ((a < 0) != (b < 0)))
+    q = (a - a) - a if b == -1 else q
+    return q if b != 0 else a - a
 
 
 @njit(inline="always", **_JIT)
 def int_fmod(a, b):
-    """C fmod for integers: the remainder takes the sign of the dividend."""
-    return a - int_div(a, b) * b
+    """C fmod for integers: the remainder takes the sign of the dividend; 0 for a zero divisor (numpy's) and for
+    -1 (MIN % -1 overflows the product in between)."""
+    return a - int_div(a, b) * b if (b != 0) & (b != -1) else a - a
 
 
 @njit(**_JIT)

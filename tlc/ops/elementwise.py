@@ -32,17 +32,9 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
         return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
 
 
-def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Integer division truncating toward zero (C semantics, as onnxruntime computes it)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.floor_divide(a, b)
-        fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
-    return (q + fix).astype(np.result_type(a, b))
-
-
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if np.issubdtype(a.dtype, np.integer):
-        return _int_div(a, b)
+        return E.int_div(a, b)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.divide(a, b)
 

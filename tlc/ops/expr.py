@@ -189,6 +189,15 @@ def _typed_dtype(values: list[np.ndarray | None], default: str) -> str:
     return default if default != "bool" else "float64"
 
 
+def int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero (C semantics, as onnxruntime computes it), exact over the whole
+    range (no float64 detour), 0 for a zero divisor; the one integer division of the reference and of plans."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = np.floor_divide(a, b)
+        fix = (np.remainder(a, b) != 0) & ((a < 0) != (b < 0))
+    return (q + fix).astype(np.result_type(a, b))
+
+
 def evaluate(expr: Expr, inputs: list[np.ndarray | None], dtype: str) -> np.ndarray:
     """Evaluate ``expr`` with numpy on broadcast ``inputs``, typed as the renderers type it (``tlc.kernels.render``):
     a primitive computes in the dtype of its first non-constant operand (``dtype`` when all are constants),
@@ -212,8 +221,7 @@ def evaluate(expr: Expr, inputs: list[np.ndarray | None], dtype: str) -> np.ndar
             at = _typed_dtype(vals, "float64" if e.fn in COMPARISONS else dtype)
             args = [as_type(a, v, at) for a, v in zip(e.args, vals)]
         if e.fn == "div" and np.issubdtype(args[0].dtype, np.integer):
-            a, b = args
-            return np.trunc(np.true_divide(a, b)).astype(a.dtype)
+            return int_div(*args)
         return np.asarray(_NUMPY[e.fn](*args))
 
     def as_type(e: Expr, value: np.ndarray | None, at: str) -> np.ndarray:

@@ -41,6 +41,7 @@ from ..ops import opdef_of
 from .bound import FW, Bound, Call, F, KernelRequest, NotNative, Ref, V, W, contiguous_strides
 from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 from .library import ConvNhwcImpl, expression_calls
+from .options import CompileOptions
 
 #: dtypes a one-op elementwise step compiles a kernel for (the fuse pass groups the same)
 KERNEL_DTYPES = frozenset({"float32", "float64", "bool"})
@@ -50,10 +51,15 @@ _CACHES_LOCK = threading.Lock()
 
 def kernel_cache(ctx: BindContext) -> KernelCache:
     """One ``KernelCache`` per directory, shared by every plan (the kernel library's default without one)."""
-    if ctx.options.cache_dir is None:
+    return cache_for(ctx.options)
+
+
+def cache_for(options: CompileOptions) -> KernelCache:
+    """The ``KernelCache`` of ``options.cache_dir`` (the kernel library's default when None)."""
+    if options.cache_dir is None:
         return default_cache()
     with _CACHES_LOCK:
-        return _CACHES.setdefault(ctx.options.cache_dir, KernelCache(ctx.options.cache_dir))
+        return _CACHES.setdefault(options.cache_dir, KernelCache(options.cache_dir))
 
 
 def kernel_options(ctx: BindContext) -> KernelOptions:

@@ -27,6 +27,7 @@ from ..reference import Interpreter
 from . import threads
 from .jit import Job
 from .lower import Program, lower
+from .native import cache_for
 from .options import CompileOptions
 from .profiler import Profile
 from .runner import Arena, Runner, generate
@@ -239,6 +240,9 @@ class Plan:
             job.submit()
 
     def _job_done(self, job: Job) -> None:
+        problem = cache_for(self.options).problem
+        if problem:   # kernels still compile, but nothing is kept for the next process: say so once
+            self.warn_once("cache", problem)
         if job.status == "failed":
             failed = sum(j.status == "failed" for j in self._jobs)
             self.warn_once("compile", f"{job.name} could not be compiled and runs its fallback: {job.reason}"

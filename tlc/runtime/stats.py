@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._platform import blas_note
 from ..kernels import panel
+from .native import cache_for
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -79,6 +80,8 @@ class PlanStats:
             lines.append(t["blas_note"])
         if t.get("panel_note"):
             lines.append(t["panel_note"])
+        if t.get("cache_note"):
+            lines.append(t["cache_note"])
         return "\n".join(lines)
 
 
@@ -133,6 +136,7 @@ def build_stats(plan: Plan, specs: list[Specialization]) -> PlanStats:
         "threads": plan.options.threads,
         "blas_note": blas_note(),
         "panel_note": panel.REASON,   # why products on constant weights stay on BLAS, when the kernel is off
+        "cache_note": cache_for(plan.options).problem,   # why compiled kernels are not kept on disk
     }
     specializations = [{"signature": spec.signature, "arena_bytes": spec.memory.arena_bytes,
                         "slots": len(spec.memory.slot_bytes), "inplace": len(spec.memory.inplace),
