@@ -207,8 +207,9 @@ class _Writer:
 
 
 def _needs_identity(graph: Graph, value: Value, name: str, seen: set[Value]) -> bool:
-    """An output needs its own Identity when its name is not its value's name, or the value is already out."""
-    return graph.value_name(value) != name or value in seen
+    """An output needs its own Identity when its name is not its value's name. NOTE: a value already out under
+    another name needs none under its own (an Identity there would define that name twice), whatever ``seen``."""
+    return graph.value_name(value) != name
 
 
 def to_onnx(graph: Graph) -> onnx.ModelProto:
@@ -308,6 +309,8 @@ def fused_function(body: Graph, functions: dict[str, onnx.FunctionProto], ops: s
     opsets = [helper.make_opsetid("", body.opset.get("", DEFAULT_OPSET))]
     if any(n.domain == TLC_DOMAIN for n in writer.nodes):
         opsets.append(helper.make_opsetid(TLC_DOMAIN, 1))
+    # NOTE: a side-domain op fused into the body (ai.onnx.ml.Binarizer) needs its domain imported by the function
+    opsets += _missing_domain_opsets(helper.make_graph(writer.nodes, name, [], []), {o.domain for o in opsets})
     fn = helper.make_function(TLC_DOMAIN, name, [n.name for n in body.inputs], [n for _, n in body.outputs],
                               writer.nodes, opset_imports=opsets, doc_string=body.doc or None,
                               attribute_protos=[helper.make_attribute("kind", "elementwise")])

@@ -178,6 +178,8 @@ def _conv_transpose_infer(ctx: InferContext) -> list[TensorType]:
         output_padding, output_shape = transpose_attrs(ctx.attrs, nsp)
     except ValueError as exc:
         ctx.fail(str(exc))
+    if any(isinstance(d, int) and d != k for d, k in zip(ws[2:], kernel)):
+        ctx.fail(f"kernel_shape {kernel} differs from the spatial dims of W {w}")
     window = _window_or_fail(ctx, kernel)
     spatial: list[Dim] = list(output_shape)
     for i, d in enumerate(xs[2:]):

@@ -113,7 +113,7 @@ _unary("Elu", lambda x, *, alpha: np.where(x < 0, np.asarray(alpha, x.dtype) * (
        cost=8)
 _unary("Celu", lambda x, *, alpha: np.maximum(x, 0) + np.minimum(0, np.asarray(alpha, x.dtype)
                                                                  * (np.exp(x / np.asarray(alpha, x.dtype)) - 1)),
-       lambda x, *, alpha: E.maximum(x, 0.0) + E.minimum(0.0, alpha * (E.exp(x * (1 / alpha)) - 1.0)),
+       lambda x, *, alpha: E.maximum(x, 0.0) + E.minimum(0.0, alpha * (E.exp(x / alpha) - 1.0)),
        {"alpha": Attr("float", 1.0)}, cost=8)
 _SELU_ALPHA, _SELU_GAMMA = 1.6732632423543772, 1.0507009873554805
 _unary("Selu", lambda x, *, alpha, gamma: np.asarray(gamma, x.dtype)

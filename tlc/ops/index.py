@@ -51,12 +51,23 @@ def _gather_elements_infer(ctx: InferContext) -> list[TensorType]:
     if data.rank is not None and idx.rank is not None:
         if data.rank != idx.rank or data.rank == 0:
             ctx.fail(f"data {format_shape(data.shape)} and indices {format_shape(idx.shape)} must have one rank >= 1")
-        normalize_axis(ctx.attrs["axis"], data.rank, ctx)
+        axis = normalize_axis(ctx.attrs["axis"], data.rank, ctx)
+        if data.shape is not None and idx.shape is not None and any(
+                i != axis and isinstance(n, int) and isinstance(d, int) and n > d
+                for i, (n, d) in enumerate(zip(idx.shape, data.shape))):
+            ctx.fail(f"indices {format_shape(idx.shape)} are longer than data {format_shape(data.shape)} on an axis "
+                     f"other than {axis}")
     return [TensorType(data.dtype, idx.shape)]
 
 
 def _gather_elements(data, indices, *, axis):
     axis = axis % data.ndim
+    if indices.ndim != data.ndim or any(i != axis and n > d for i, (n, d) in enumerate(zip(indices.shape,
+                                                                                           data.shape))):
+        raise ValueError(f"indices {list(indices.shape)} do not fit data {list(data.shape)} off axis {axis}")
+    # NOTE: out[i][j] = data[indices[i][j]][j]: on the other axes indices may be shorter than data (never
+    # broadcast, as take_along_axis would): only data's leading part is read there
+    data = data[tuple(slice(None) if i == axis else slice(0, n) for i, n in enumerate(indices.shape))]
     return np.take_along_axis(data, _wrap(indices, data.shape[axis]), axis=axis)
 
 
@@ -112,6 +123,9 @@ def _scatter_at(out: np.ndarray, where: tuple, updates: np.ndarray, reduction: s
 
 
 def _scatter_elements(data, indices, updates, *, axis, reduction):
+    if indices.ndim != data.ndim or updates.shape != indices.shape:  # as inference says at known shapes
+        raise ValueError(f"indices {list(indices.shape)} and updates {list(updates.shape)} must have one shape, of "
+                         f"the rank of data {list(data.shape)}")
     axis = axis % data.ndim
     where = list(np.indices(indices.shape, sparse=True))
     where[axis] = _wrap(indices, data.shape[axis])
@@ -166,9 +180,11 @@ register(OpDef(name="TensorScatter", infer=_tensor_scatter_infer, reference=_ten
 
 # ---------------------------------------------------------------------------- OneHot, NonZero, Compress
 def _one_hot_infer(ctx: InferContext) -> list[TensorType]:
-    idx, values = ctx.type(0), ctx.type(2)
-    if values.rank is not None and values.shape != (2,) and values.shape[0] is not None:
+    idx, values, depth_t = ctx.type(0), ctx.type(2), ctx.type(1)
+    if values.rank is not None and (values.rank != 1 or values.shape[0] not in (2, None)):
         ctx.fail(f"values must be [off_value, on_value], got shape {format_shape(values.shape)}")
+    if depth_t.rank is not None and (depth_t.rank > 1 or (depth_t.rank == 1 and depth_t.shape[0] not in (1, None))):
+        ctx.fail(f"depth must be a scalar (or a vector of one element), got shape {format_shape(depth_t.shape)}")
     if idx.shape is None:
         return [TensorType(values.dtype, None)]
     rank = idx.rank + 1
@@ -179,6 +195,8 @@ def _one_hot_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _one_hot(indices, depth, values, *, axis):
+    if np.size(depth) != 1 or values.shape != (2,):
+        raise ValueError(f"depth {list(np.shape(depth))} must hold one value and values {list(values.shape)} two")
     depth = int(np.asarray(depth).ravel()[0])
     axis = axis % (indices.ndim + 1)
     idx = np.expand_dims(_wrap(indices, depth), axis)

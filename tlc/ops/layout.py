@@ -241,7 +241,12 @@ def _center_crop_pad_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _center_crop_pad(x, shape, *, axes):
+    if axes is not None and (any(not -x.ndim <= a < x.ndim for a in axes)
+                             or len({a % x.ndim for a in axes}) != len(axes)):
+        raise ValueError(f"axes {list(axes)} are not distinct axes of a rank-{x.ndim} input")
     axes = range(x.ndim) if axes is None else [a % x.ndim for a in axes]
+    if shape.size != len(axes):
+        raise ValueError(f"shape {shape.ravel().tolist()} should hold one size per axis of {list(axes)}")
     out_shape, src, dst = list(x.shape), [slice(None)] * x.ndim, [slice(None)] * x.ndim
     for a, size in zip(axes, (int(s) for s in shape.ravel())):
         dim = x.shape[a]

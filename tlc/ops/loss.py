@@ -91,6 +91,10 @@ def _reduce(log_prob: np.ndarray, labels: np.ndarray, weight: np.ndarray | None,
             reduction: str, dtype: np.dtype) -> np.ndarray:
     """The (reduced) loss from log-probabilities in the accumulation type; the result in ``dtype``."""
     classes = log_prob.shape[1]
+    expected = log_prob.shape[:1] + log_prob.shape[2:]
+    if labels.shape != expected:  # NOTE: never broadcast (inference refuses it at known shapes)
+        raise ValueError(f"labels {list(labels.shape)} do not match scores {list(log_prob.shape)} without the class "
+                         f"axis, {list(expected)}")
     labels = labels.astype(np.int64)
     keep = np.ones(labels.shape, bool) if ignore_index is None else labels != ignore_index
     safe = np.where(keep, labels, 0)

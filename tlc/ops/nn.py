@@ -79,6 +79,8 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, *, alpha: fl
          transB: int) -> np.ndarray:
     """alpha * A' @ B' + beta * C, with C broadcast to the output."""
     y = np.matmul(a.T if transA else a, b.T if transB else b)
+    if c is not None and np.broadcast_shapes(y.shape, c.shape) != y.shape:  # one way only, as inference says
+        raise ValueError(f"C of shape {list(c.shape)} does not broadcast to the product's {list(y.shape)}")
     if alpha != 1.0:
         y = y * np.asarray(alpha, y.dtype if y.dtype.kind == "f" else np.float64)
     if c is not None and beta != 0.0:

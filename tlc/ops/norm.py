@@ -113,10 +113,13 @@ def _layer_norm_infer(ctx: InferContext) -> list[TensorType]:
     axis = normalize_axis(ctx.attrs["axis"], x.rank, ctx)
     for i in (1, 2):
         if ctx.has_input(i) and ctx.type(i).shape is not None:
-            try:
-                broadcast_shapes(x.shape[axis:], ctx.type(i).shape)
+            norm, shape = tuple(x.shape[axis:]), ctx.type(i).shape
+            try:  # one way: to the normalised dims, never widening them (Y has X's shape)
+                ok = len(shape) <= len(norm) and broadcast_shapes(norm, shape) == norm
             except Exception:
-                ctx.fail(f"input {i} {ctx.type(i)} does not broadcast to the normalised dims {list(x.shape[axis:])}")
+                ok = False
+            if not ok:
+                ctx.fail(f"input {i} {ctx.type(i)} does not broadcast to the normalised dims {list(norm)}")
     stats = TensorType(stash, tuple(x.shape[:axis]) + (1,) * (x.rank - axis))
     return [x] + [stats] * (ctx.node.num_outputs - 1)
 
@@ -187,6 +190,8 @@ def _rms_norm_infer(ctx: InferContext) -> list[TensorType]:
 def rms_norm(x, scale, *, axis: int, epsilon: float, stash_type: int) -> np.ndarray:
     """X / sqrt(mean(X^2) + epsilon) over the dims from ``axis`` on, in the stash type; back in X's type, then
     times scale (the result in scale's type, the ONNX function's order of casts)."""
+    if scale.ndim > x.ndim or np.broadcast_shapes(x.shape, scale.shape) != x.shape:  # as inference says
+        raise ValueError(f"scale {list(scale.shape)} does not broadcast to X {list(x.shape)} (one way, to X)")
     axes = tuple(range(axis % x.ndim, x.ndim))
     xs = x.astype(_stash_dtype(stash_type), copy=False)
     rms = np.sqrt((xs * xs).mean(axis=axes, keepdims=True) + np.asarray(epsilon, xs.dtype))
@@ -259,6 +264,8 @@ def _group_norm_infer(ctx: InferContext) -> list[TensorType]:
 
 def group_norm(x, scale, bias, *, epsilon: float, num_groups: int, stash_type: int) -> np.ndarray:
     """Opset-21 GroupNormalization; scale and bias of length num_groups (opset 18) apply to each group."""
+    if x.ndim < 3:  # as inference says (reached at run time when the rank was unknown)
+        raise ValueError(f"X of shape {list(x.shape)} must have rank >= 3 (N, C, spatial...)")
     n, c = x.shape[:2]
     xs = x.astype(_stash_dtype(stash_type), copy=False).reshape(n, num_groups, -1)
     y = _standardize(xs, (2,), epsilon).reshape(x.shape).astype(x.dtype)

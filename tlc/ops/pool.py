@@ -164,6 +164,8 @@ def _global_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _spatial(x: np.ndarray) -> tuple[int, ...]:
+    if x.ndim < 3:  # as inference says (reached at run time when the rank was unknown)
+        raise ValueError(f"X of shape {list(x.shape)} must have rank >= 3 (N, C, spatial...)")
     return tuple(range(2, x.ndim))
 
 

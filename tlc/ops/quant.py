@@ -271,13 +271,23 @@ def _qlinear_matmul_infer(ctx: InferContext) -> list[TensorType]:
     for i, like in ((2, a), (5, b)):
         if ctx.type(i).dtype != like.dtype:
             ctx.fail(f"zero point (input {i}) has dtype {ctx.type(i).dtype}, expected {like.dtype}")
+    rows = a.shape[-2] if a.shape is not None and len(a.shape) >= 2 else 1
+    cols = b.shape[-1] if b.shape is not None and len(b.shape) >= 2 else 1
+    for i, what, along in ((1, "a_scale", rows), (2, "a_zero_point", rows), (4, "b_scale", cols),
+                           (5, "b_zero_point", cols), (6, "y_scale", cols), (7, "y_zero_point", cols)):
+        shape = ctx.type(i).shape
+        if shape is not None and (len(shape) > 1 or (len(shape) == 1 and isinstance(shape[0], int)
+                                                     and isinstance(along, int) and shape[0] not in (1, along))):
+            ctx.fail(f"{what} has shape {list(shape)}; expected a scalar or a vector of 1 or {along} elements "
+                     f"(per tensor, or per row of a / per column of b)")
     return [TensorType(y.dtype, matmul_shape(ctx, a.shape, b.shape))]
 
 
 def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point) -> np.ndarray:
     acc = np.matmul(_centered(a, _row_param(a_zero_point, a)), _centered(b, b_zero_point))
     real = acc.astype(np.float64) * _row_param(a_scale, a).astype(np.float64) * b_scale.astype(np.float64)
-    return _requantize(real, y_scale, y_zero_point)
+    # NOTE: one-element scales and zero points of shape [1] must not give a product of vectors a dim
+    return _requantize(real, y_scale, y_zero_point).reshape(acc.shape)
 
 
 def _requantize(real: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray) -> np.ndarray:
@@ -294,6 +304,19 @@ def _matmul_integer_infer(ctx: InferContext) -> list[TensorType]:
     for i, like in ((2, a), (3, b)):
         if ctx.has_input(i) and ctx.type(i).dtype != like.dtype:
             ctx.fail(f"zero point (input {i}) has dtype {ctx.type(i).dtype}, expected {like.dtype}")
+    for i, what, operand in ((2, "a_zero_point", a), (3, "b_zero_point", b)):
+        zero = ctx.type(i).shape if ctx.has_input(i) else None
+        if zero is None or operand.shape is None or len(zero) == 0 or (len(zero) == 1 and zero[0] in (1, None)):
+            continue
+        along = operand.shape[-2] if i == 2 and len(operand.shape) >= 2 else operand.shape[-1]
+        try:  # per row of A ([M]) or per column of B ([N], or [D1, ..., 1, N]): never widening the operand
+            ok = zero[0] == along if len(zero) == 1 else (
+                len(zero) <= len(operand.shape) and broadcast_shapes(operand.shape, zero) == operand.shape)
+        except Exception:
+            ok = False
+        if not ok:
+            ctx.fail(f"{what} has shape {list(zero)}; expected a scalar, a vector of 1 or {along} elements, or a "
+                     f"shape that broadcasts to {list(operand.shape)}")
     return [TensorType("int32", matmul_shape(ctx, a.shape, b.shape))]
 
 

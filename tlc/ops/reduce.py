@@ -56,8 +56,8 @@ def reduction(name: str, fn: Reducer, cost: float = 1.0, doc: str = "", row_form
 
     def ref(x, axes=None, *, keepdims, noop_with_empty_axes):
         ax = reduce_axes(x.ndim, axes, noop_with_empty_axes)
-        if ax is None:
-            return x
+        if ax is None:  # NOTE: no axis is reduced, but the op's elementwise part still applies (ReduceL2: |x|,
+            ax = ()     # ReduceSumSquare: x * x), as onnxruntime and ONNX's reference evaluator compute it
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return np.asarray(fn(x, ax, bool(keepdims))).astype(x.dtype, copy=False)
 

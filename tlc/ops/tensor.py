@@ -125,6 +125,8 @@ def reshape_dims(in_shape, target: list[Dim], allowzero: int) -> list[Dim]:
 
 def _reshape_infer(ctx: InferContext) -> list[TensorType]:
     data = ctx.type(0)
+    if ctx.type(1).rank not in (None, 1):
+        ctx.fail(f"shape {ctx.type(1)} must be a 1-D tensor")
     target = dims.shape_value(ctx, 1)   # a constant, or a Shape -> Gather -> Concat chain
     if target is None:
         shape_t = ctx.type(1)
@@ -354,6 +356,10 @@ def range_length(start, limit, delta) -> int:
 
 def _range_infer(ctx: InferContext) -> list[TensorType]:
     dtype = ctx.type(0).dtype
+    for i, what in enumerate(("start", "limit", "delta")):
+        shape = ctx.type(i).shape
+        if shape is not None and (len(shape) > 1 or (len(shape) == 1 and shape[0] not in (1, None))):
+            ctx.fail(f"{what} has shape {list(shape)}; expected a scalar (or a vector of one element)")
     for i in (1, 2):
         if ctx.type(i).dtype != dtype:
             ctx.fail(f"start, limit and delta must have one dtype, got {dtype}, {ctx.type(1).dtype}, "

@@ -279,6 +279,8 @@ def _col2im_infer(ctx: InferContext) -> list[TensorType]:
     xs = x.shape or (None, None, None)
     channels: Dim = None
     if block is not None:
+        if any(b <= 0 for b in block):
+            ctx.fail(f"block_shape {block} must be positive")
         if isinstance(xs[1], int) and xs[1] % prod(block):
             ctx.fail(f"input {x}: dim 1 is not a multiple of prod(block_shape {block}) = {prod(block)}")
         channels = xs[1] // prod(block) if isinstance(xs[1], int) else None

@@ -227,7 +227,7 @@ def _hoist(graph: Graph, split: Node) -> bool:
     new_parts = graph.add_node("Split", [hoisted, *sizes], name=f"{split.name}_after",
                                output_names=[graph.fresh_name(f"{u.name}_part") for u in users],
                                attrs=dict(split.attrs))
-    new_parts = new_parts if isinstance(new_parts, tuple) else (new_parts,)
+    new_parts = (new_parts,) if isinstance(new_parts, Value) else tuple(new_parts)   # Value is a tuple too
     graph.replace_values([(u.outputs[0], part) for u, part in zip(users, new_parts, strict=True)], [*users, split])
     return True
 

@@ -177,6 +177,9 @@ class ElementwiseImpl(StepImpl):
         ins = [None if t is None else body.input(f"in{i}", t.dtype, t.shape) for i, t in enumerate(ctx.in_types)]
         body.output(body.add_node(node.op, ins, domain=node.domain, attrs=dict(node.attrs)), "out")
         dtypes = {t.dtype for t in ctx.in_types + ctx.out_types if t is not None}
+        numeric = {t.dtype for t in ctx.in_types if t is not None and t.dtype != "bool"}
+        if len(numeric) > 1:   # Pow(int, float): an expression computes in its first operand's type, ONNX does not
+            raise NotNative(f"inputs of different types ({', '.join(sorted(numeric))}): the reference computes them")
         if not dtypes <= SUPPORTED_DTYPES:   # float16, strings: the reference
             raise NotNative(f"no kernel for dtypes {', '.join(sorted(dtypes - SUPPORTED_DTYPES))}")
         if not dtypes <= KERNEL_DTYPES:   # integer arithmetic: numpy has its semantics (and no compile)
