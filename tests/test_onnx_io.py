@@ -5,6 +5,8 @@ Numbers are checked against onnxruntime.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -231,12 +233,13 @@ def test_initializer_listed_as_input_is_a_constant(rng):
 
 
 # ---------------------------------------------------------------------------- external data
-def _external_model(tmp_path, location: str) -> str:
+def _external_model(tmp_path, location: str, offset: str = "0", length: str | None = "16") -> str:
     tensor = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
     tensor.data_location = TensorProto.EXTERNAL
     tensor.ClearField("raw_data")
-    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
-        tensor.external_data.add(key=key, value=value)
+    for key, value in (("location", location), ("offset", offset), ("length", length)):
+        if value is not None:
+            tensor.external_data.add(key=key, value=value)
     model = make_model([helper.make_node("Add", ["x", "w"], ["y"])], [vi("x", 1, [4])], [vi("y", 1, [4])],
                        initializers=[tensor])
     path = tmp_path / "model" / "m.onnx"
@@ -281,6 +284,33 @@ def test_truncated_external_data_and_unresolved_proto_are_refused(tmp_path):
     # a ModelProto handed over directly must not resolve external files against the working directory
     with pytest.raises(tlc.InvalidModelError, match="external file"):
         from_onnx(onnx.load(path, load_external_data=False))
+
+
+@pytest.mark.parametrize("location, offset, length, what", [
+    ("weights.bin", "17", "16", "has 0 bytes at offset 17, expected 16"),                  # past the end
+    ("weights.bin", "8", None, "declares shape [4] (4 elements of float) but its data"),   # the rest: 8 bytes
+    ("weights.bin", "0", str(10**12), "has 16 bytes at offset 0, expected 1000000000000"),  # never allocated
+    ("weights.bin", str(2**70), "16", f"at offset {2**70}, expected 16"),                  # past any seek
+    ("weights.bin", "-4", "16", "negative external data offset/length"),
+    ("weights.bin", "0x10", "16", "bad external data offset/length"),
+    ("w\x00.bin", "0", "16", "embedded null byte"),
+    ("x" * 5000, "0", "16", "cannot read external data"),                                  # name too long
+    ("fifo", "0", "16", "not found (or not a regular file)"),                              # would block
+    ("loop", "0", "16", "cannot read external data 'loop'"),                               # a symlink loop
+    (".", "0", "16", "outside the model's folder"),                                        # the folder itself
+    ("", "0", "16", "outside the model's folder"),
+])
+def test_external_data_ranges_and_odd_paths_are_refused(tmp_path, location, offset, length, what):
+    """Offsets and lengths are checked against the file's size before anything is read or allocated; a path that
+    cannot be opened, or is no regular file, is refused by name."""
+    path = _external_model(tmp_path, location, offset, length)
+    folder = tmp_path / "model"
+    (folder / "weights.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    os.mkfifo(folder / "fifo")
+    (folder / "loop").symlink_to(folder / "loop")
+    with pytest.raises(tlc.InvalidModelError) as info:
+        import_onnx(path)
+    assert what in str(info.value)
 
 
 # ---------------------------------------------------------------------------- local functions

@@ -7,7 +7,8 @@
 The output format follows the output file's extension unless ``--emit`` names one; without ``-o`` only
 ``--emit tlc`` writes (to stdout). User errors (a missing file, an unknown pass, a bad value) print one line with
 a hint and exit 1; argparse usage errors exit 2; ``--bisect`` / ``--check-each`` exit 3 when a step changed the
-outputs (``tlc.passes.bisect.EXIT_FOUND``). Debugging flags only install pass instruments.
+outputs (``tlc.passes.bisect.EXIT_FOUND``); an internal error (a bug) prints one line and exits 70.
+Debugging flags only install pass instruments.
 
 To add options: write an ``_add_<group>_options(parser)`` function and call it from ``build_parser``, then read
 the new ``args`` fields in the step of ``run`` they belong to (load, optimize, write, report).
@@ -40,6 +41,8 @@ from .passes.bisect import DEFAULT_RTOL, EXIT_FOUND, bisect, load_feeds, write_r
 from .passes.pipeline import MAX_OPT_LEVEL
 
 PROG = "tlc-opt"
+#: the exit status of an internal error (a bug of tlc's; BSD sysexits EX_SOFTWARE)
+EXIT_INTERNAL = 70
 INPUT_FORMATS = ("onnx", "tlc", "graphml")
 LARGE_MODEL_BYTES = 32 * 2**20   # models from this size on take a noticeable time to load
 
@@ -159,6 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug of tlc's, not of the input: one line, no half-written output, exit 70
+        if os.environ.get("TLC_TRACEBACK"):
+            raise
+        print(f"{PROG}: internal error: {type(exc).__name__}: {exc} (a bug in tlc: please report it with the "
+              f"model; TLC_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -12,7 +12,9 @@ a tensor as base64 of its little-endian bytes plus ``dtype.k`` and ``shape.k``; 
 as JSON). Edges carry ``src_port`` and ``dst_port``; graph data carries ``format``, ``name``, ``doc``,
 ``producer_name``, ``producer_version``, ``opset``, ``metadata`` and ``outputs`` (JSON). Strings XML
 cannot carry (control characters, ``\\r``, lone surrogates) are stored as ``base64:`` + UTF-8 base64.
-``read_graphml`` rebuilds the exact graph.
+``read_graphml`` rebuilds the exact graph. A GraphML file is untrusted input (SECURITY.md): expat refuses entity
+expansion bombs and external entities; a malformed or hostile file (ports past what its edges use, JSON nested
+past Python's recursion limit, bad base64) is an ``InvalidModelError``.
 """
 
 from __future__ import annotations
@@ -186,6 +188,9 @@ def write_dot(graph: Graph, path: str | os.PathLike) -> None:
 
 # ---------------------------------------------------------------------------- GraphML
 FORMAT = "tlc-graphml-1"
+#: input ports a node may declare beyond those its edges feed (trailing missing optional inputs); bounds what a
+#: small file can make the reader allocate
+MAX_MISSING_PORTS = 32
 _B64 = "base64:"
 _XML_UNSAFE = re.compile("[^\t\n\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -345,9 +350,11 @@ def read_graphml(path: str | os.PathLike) -> Graph:
                                 f"graph data; got {G.graph.get('format')!r})")
     try:
         return from_networkx(G)
-    except (KeyError, ValueError, TypeError, IndexError) as exc:
+    except InvalidModelError as exc:
+        raise InvalidModelError(f"malformed tlc GraphML file {str(path)!r}: {exc}") from None
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, RecursionError) as exc:
         raise InvalidModelError(f"malformed tlc GraphML file {str(path)!r}: "
-                                f"{type(exc).__name__}: {exc}") from exc
+                                f"{type(exc).__name__}: {exc}") from None
 
 
 def from_networkx(G: nx.MultiDiGraph) -> Graph:
@@ -361,10 +368,17 @@ def from_networkx(G: nx.MultiDiGraph) -> Graph:
     values: dict[str, list[Value]] = {}
     ordered = sorted(G.nodes(data=True), key=lambda item: item[1]["index"])
     for nid, nd in ordered:
-        inputs: list[Value | None] = [None] * nd["num_inputs"]
-        for src, _, edge in G.in_edges(nid, data=True):
-            inputs[edge["dst_port"]] = values[src][edge["src_port"]]
-        outs = range(nd["num_outputs"])
+        edges = list(G.in_edges(nid, data=True))
+        num_inputs, num_outputs = int(nd["num_inputs"]), int(nd["num_outputs"])
+        if not (0 <= num_inputs <= len(edges) + MAX_MISSING_PORTS and 0 <= num_outputs <= len(nd)):
+            raise InvalidModelError(f"node {nid!r} declares {num_inputs} inputs and {num_outputs} outputs; expected "
+                                    f"at most {len(edges) + MAX_MISSING_PORTS} (its {len(edges)} edges and "
+                                    f"{MAX_MISSING_PORTS} missing) and at most one per data key")
+        inputs: list[Value | None] = [None] * num_inputs
+        for src, _, edge in edges:
+            source = values[src]
+            inputs[_port(edge["dst_port"], num_inputs, nid)] = source[_port(edge["src_port"], len(source), src)]
+        outs = range(num_outputs)
         types = [parse_type(_unsafe(nd[f"out{p}.type"])) if f"out{p}.type" in nd else None for p in outs]
         attrs = {_unsafe(k[5:]): _attr_of(nd, k[5:], kind) for k, kind in nd.items() if k.startswith("kind.")}
         node = add_exact_node(graph, _unsafe(nd.get("op", "")), _unsafe(nd.get("domain", "")),
@@ -374,5 +388,13 @@ def from_networkx(G: nx.MultiDiGraph) -> Graph:
         values[nid] = node.outputs
     by_index = {nd["index"]: nid for nid, nd in ordered}
     for index, port, name in _unjson(data["outputs"]):
-        graph.outputs.append((values[by_index[index]][port], name))
+        outs = values[by_index[index]]
+        graph.outputs.append((outs[_port(port, len(outs), by_index[index])], name))
     return graph
+
+
+def _port(port: object, count: int, nid: str) -> int:
+    """``port`` checked to be one of ``count`` (Python would read -1 as the last one)."""
+    if not isinstance(port, int) or not 0 <= port < count:
+        raise InvalidModelError(f"port {port!r} of node {nid!r} is out of range: it has {count}")
+    return port

@@ -42,11 +42,13 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx.inliner
+from google.protobuf.descriptor import FieldDescriptor
 
 from ..errors import InvalidModelError, ShapeInferenceError, UnsupportedOperatorError, ValidationError
-from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Value
+from ..ir.graph import DEFAULT_OPSET, TLC_DOMAIN, Graph, Node, Value, op_resolver
 from ..ir.text import format_type
 from ..ir.types import SequenceType, TensorType, ValueType, is_tensor
+from ..ir.verify import MAX_BODY_DEPTH, verify
 from ..ops import is_registered
 from ..ops.attention import flex_scores_type
 from ..ops.control import CONTROL_OPS, is_control_op, merge_types
@@ -62,8 +64,8 @@ from .onnx_tensors import (
     value_type,
 )
 
-__all__ = ["EXPORT_IR_VERSION", "ImportReport", "array_to_tensor", "from_onnx", "import_onnx", "load_onnx",
-           "read_model", "save_onnx", "tensor_to_array", "to_onnx"]
+__all__ = ["EXPORT_IR_VERSION", "MAX_BODY_DEPTH", "ImportReport", "array_to_tensor", "from_onnx", "import_onnx",
+           "load_onnx", "parse_model", "read_model", "save_onnx", "tensor_to_array", "to_onnx"]
 
 
 @dataclass
@@ -103,10 +105,23 @@ def read_model(path: str | os.PathLike) -> onnx.ModelProto:
     """Parse an ONNX file; external data only from inside the model's folder."""
     path = Path(path)
     try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf raises DecodeError and others
-        raise InvalidModelError(f"{str(path)!r} is not a valid ONNX model: {type(exc).__name__}: {exc}") from None
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidModelError(f"cannot read ONNX model {str(path)!r}: {exc.strerror or exc}") from None
+    model = parse_model(data, repr(str(path)))
     load_external_data(model, path.parent)
+    return model
+
+
+def parse_model(data: bytes, source: str = "the data") -> onnx.ModelProto:
+    """A ModelProto from serialized bytes, its external data left unread (``from_onnx`` refuses it then).
+
+    Malformed bytes (truncated, bit-flipped, nested past protobuf's depth limit) raise ``InvalidModelError``."""
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as exc:  # protobuf raises DecodeError (and, in some builds, other types)
+        raise InvalidModelError(f"{source} is not a valid ONNX model: {type(exc).__name__}: {exc}") from None
     return model
 
 
@@ -153,10 +168,6 @@ def _subgraphs(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
         elif attr.type == A.GRAPHS:
             found.extend((attr.name, g) for g in attr.graphs)
     return found
-
-
-#: bodies nested deeper than this are refused (the importer and the passes recurse once per level)
-MAX_BODY_DEPTH = 24
 
 
 def _all_nodes(nodes, depth: int = 0):
@@ -261,21 +272,31 @@ _CONSTANT_FORMS = {
     "value_string": lambda v: np.array(v, object), "value_strings": lambda v: np.array(v, object),
     "value": np.asarray, "sparse_value": np.asarray,
 }
+_CONSTANT_KINDS = {
+    "value_float": onnx.AttributeProto.FLOAT, "value_floats": onnx.AttributeProto.FLOATS,
+    "value_int": onnx.AttributeProto.INT, "value_ints": onnx.AttributeProto.INTS,
+    "value_string": onnx.AttributeProto.STRING, "value_strings": onnx.AttributeProto.STRINGS,
+    "value": onnx.AttributeProto.TENSOR, "sparse_value": onnx.AttributeProto.SPARSE_TENSOR,
+}
 
 
 class _Builder:
     """Adds ONNX nodes to one Graph (the main graph or a Fused body), tracking ONNX value names."""
 
-    def __init__(self, graph: Graph, functions: dict[tuple[str, str], onnx.FunctionProto], nodes, outputs):
+    def __init__(self, graph: Graph, functions: dict[tuple[str, str], onnx.FunctionProto], nodes, outputs,
+                 calls: tuple[str, ...] = ()):
         self.g = graph
         self.functions = functions
         self.values: dict[str, Value] = {}
         self.renames = _output_renames(nodes, outputs)
+        self.calls = calls  # the Fused functions whose bodies are being built around this one, outermost first
 
     def add(self, node: onnx.NodeProto) -> None:
         g = self.g
         domain = "" if node.domain == "ai.onnx" else node.domain
         where = f"node {node.name!r} ({node.op_type})"
+        if not node.output:
+            raise InvalidModelError(f"{where}: a node needs at least one output, got none")
         for out in node.output:
             if out and out in self.values:
                 raise InvalidModelError(f"{where}: value {out!r} is produced twice")
@@ -292,6 +313,11 @@ class _Builder:
             if len(attrs) != 1 or next(iter(attrs)) not in _CONSTANT_FORMS:
                 raise InvalidModelError(f"{where}: a Constant needs exactly one value attribute, got {sorted(attrs)}")
             ((key, raw),) = attrs.items()
+            kind = node.attribute[0].type
+            if kind != _CONSTANT_KINDS[key]:
+                names = onnx.AttributeProto.AttributeType.Name
+                raise InvalidModelError(f"{where}: attribute {key!r} should be of type {names(_CONSTANT_KINDS[key])}, "
+                                        f"got {names(kind)}")
             self.values[node.output[0]] = g.constant(_CONSTANT_FORMS[key](raw), name=node.output[0])
             return
         inputs = [self.values[n] if n else None for n in node.input]
@@ -306,8 +332,8 @@ class _Builder:
             outs = g.add_node("Fused", inputs, domain=TLC_DOMAIN, name=name, output_names=output_names,
                               doc=node.doc_string, attrs={"body": body, "kind": kind})
         else:  # NOTE: attrs=, not keywords: an ONNX attribute may be named like a parameter (num_outputs)
-            outs = g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
-                              doc=node.doc_string, attrs=attrs)
+            outs = _checked(g, g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
+                                          doc=node.doc_string, attrs=attrs, infer=False))
         self.define(node, outs)
 
     def define(self, node: onnx.NodeProto, outs: Value | tuple[Value, ...]) -> None:
@@ -343,8 +369,9 @@ class _Builder:
         inputs = formal + [self.values[c] for c in captures]
         output_names = [o or g.fresh_name(f"{node.name or node.op_type}_unused{i}") for i, o in enumerate(node.output)]
         name = g.fresh_name(node.name or (node.output[0] if node.output and node.output[0] else node.op_type))
-        self.define(node, g.add_node(node.op_type, inputs, domain=domain, name=name, output_names=output_names,
-                                     doc=node.doc_string, attrs=attrs))
+        self.define(node, _checked(g, g.add_node(node.op_type, inputs, domain=domain, name=name,
+                                                 output_names=output_names, doc=node.doc_string, attrs=attrs,
+                                                 infer=False)))
 
     def body(self, op: str, gp: onnx.GraphProto, formal: list[Value | None], captures: list[str],
              attrs: dict[str, Any], where: str) -> Graph:
@@ -398,9 +425,12 @@ class _Builder:
             except ValueError as exc:
                 raise InvalidModelError(f"{where}: {exc}") from None
         else:
-            m = int(attrs.get("num_scan_inputs", 0))
+            m, given = attrs.get("num_scan_inputs", 0), attrs.get("scan_input_axes") or []
+            if not (type(m) is int and 0 <= m <= len(formal) and all(type(a) is int for a in given)):
+                raise InvalidModelError(f"{where}: num_scan_inputs {m!r} and scan_input_axes {given!r} do not fit "
+                                        f"the node's {len(formal)} inputs")
             n = len(formal) - m
-            axes = list(attrs.get("scan_input_axes") or []) + [0] * m
+            axes = list(given) + [0] * m
             implied = [outer(v) for v in formal[:n]]
             for j, v in enumerate(formal[n:]):
                 t = outer(v)
@@ -432,7 +462,7 @@ class _Builder:
     def build_body(self, gp: onnx.GraphProto, types: list[ValueType], captures: list[str],
                    where: str, *, relaxed: bool = False) -> Graph:
         body = Graph(gp.name or "body", opset={"": DEFAULT_OPSET}, doc=gp.doc_string)
-        inner = _Builder(body, self.functions, gp.node, [o.name for o in gp.output])
+        inner = _Builder(body, self.functions, gp.node, [o.name for o in gp.output], self.calls)
         try:
             for vi, t in zip(gp.input, types):
                 inner.values[vi.name] = body.input(vi.name, t)
@@ -463,8 +493,12 @@ class _Builder:
         if len(inputs) != len(fn.input) or any(v is None for v in inputs):
             raise InvalidModelError(f"{where}: calls {fn.name!r} with {sum(v is not None for v in inputs)} inputs; "
                                     f"it takes {len(fn.input)}")
+        if fn.name in self.calls or len(self.calls) >= MAX_BODY_DEPTH:
+            chain = " -> ".join(map(repr, self.calls + (fn.name,)))
+            raise InvalidModelError(f"{where}: Fused functions call each other in a cycle or more than "
+                                    f"{MAX_BODY_DEPTH} deep: {chain}")
         body = Graph(fn.name, opset={"": DEFAULT_OPSET}, doc=fn.doc_string)
-        inner = _Builder(body, self.functions, fn.node, fn.output)
+        inner = _Builder(body, self.functions, fn.node, fn.output, self.calls + (fn.name,))
         for name, v in zip(fn.input, inputs):
             inner.values[name] = body.input(name, self.g.type_of(v))
         for node in _schedule(fn.node, set(fn.input)):
@@ -474,6 +508,19 @@ class _Builder:
                 raise InvalidModelError(f"function {fn.name!r}: output {name!r} is not produced by any node")
             body.output(inner.values[name], name)
         return body
+
+
+def _checked(g: Graph, outs: Value | tuple[Value, ...]) -> Value | tuple[Value, ...]:
+    """``outs`` after the registry checked their node (input count, attribute kinds) and typed it.
+
+    The check is the verifier's, run before inference rather than after: a string where an int axis belongs is
+    then refused as "attribute 'axis' should be int, got str", not as whatever inference trips over."""
+    node: Node = g.node(outs if isinstance(outs, Value) else outs[0])
+    resolver = op_resolver()
+    if resolver is not None:
+        resolver.check(g, node)
+    g.infer_node(node)
+    return outs
 
 
 def _declares_shape(vi: onnx.ValueInfoProto) -> bool:
@@ -562,15 +609,41 @@ def _add_outputs(g: Graph, builder: _Builder, gp: onnx.GraphProto, report: Impor
                                    f"{inferred.dtype}")
 
 
+def _check_strings(model: onnx.ModelProto) -> None:
+    """Refuse a model with a string field that is not UTF-8.
+
+    ONNX's messages are proto2, whose parser does not check UTF-8: a name with a stray byte reads back as
+    ``bytes``, not ``str``, and would fail far from here. One walk over every message (~9 us per node)."""
+    string, message = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE
+    stack: list = [model]
+    while stack:
+        msg = stack.pop()
+        for desc, value in msg.ListFields():
+            if desc.type == message:
+                if desc.is_repeated:
+                    stack.extend(value)
+                else:
+                    stack.append(value)
+            elif desc.type == string:
+                bad = next((v for v in value if type(v) is bytes), None) if desc.is_repeated else (
+                    value if type(value) is bytes else None)
+                if bad is not None:
+                    raise InvalidModelError(f"{desc.full_name} holds {bad[:40]!r}, which is not UTF-8 text")
+
+
 def from_onnx(model: onnx.ModelProto, *, path: str = "") -> tuple[Graph, ImportReport]:
     """Build a verified Graph from a ModelProto; returns it with an import report."""
     start = time.perf_counter()
+    _check_strings(model)
     report = ImportReport(path=path, ir_version=model.ir_version, source_opset=default_opset(model),
                           producer=" ".join(p for p in (model.producer_name, model.producer_version) if p))
-    _schedule(model.graph.node, _graph_names(model.graph))  # structural errors before any conversion
+    original = model
+    order = _schedule(model.graph.node, _graph_names(model.graph))  # structural errors before any conversion
     model = _inline_other_functions(model, report)
     model = _check_supported(model, report)
     gp = model.graph
+    if model is not original:  # inlined or converted: other nodes
+        order = _schedule(gp.node, _graph_names(gp))
     side = {o.domain: o.version for o in model.opset_import if o.domain not in ("", "ai.onnx")}
     g = Graph(gp.name or "graph", opset={**side, "": DEFAULT_OPSET}, doc=gp.doc_string)
     g.producer_name, g.producer_version = model.producer_name, model.producer_version
@@ -579,10 +652,12 @@ def from_onnx(model: onnx.ModelProto, *, path: str = "") -> tuple[Graph, ImportR
         g.metadata.setdefault("model_doc_string", model.doc_string)
     builder = _Builder(g, {(f.domain, f.name): f for f in model.functions}, gp.node, [o.name for o in gp.output])
     _add_interface(g, builder, gp, report)
-    for node in _schedule(gp.node, _graph_names(gp)):
+    for node in order:
         builder.add(node)
     _add_outputs(g, builder, gp, report)
-    g.verify()
+    # NOTE: every node was typed by inference as it was added (``_checked``), so the structure is what is left
+    # to verify; inferring the whole graph again would only repeat that work (a third of a large import).
+    verify(g, check_types=False)
     report.nodes = len(gp.node)
     report.ops = dict(Counter(n.qualified_op for n in g.ops()))
     report.seconds = time.perf_counter() - start

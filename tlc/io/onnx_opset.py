@@ -24,10 +24,11 @@ import functools
 from collections import Counter
 
 import onnx
-from onnx import defs, helper, numpy_helper, version_converter
+from onnx import defs, helper, version_converter
 
 from ..errors import InvalidModelError, UnsupportedOperatorError
 from ..ir.graph import DEFAULT_OPSET
+from .onnx_tensors import tensor_to_array
 
 #: Opsets before 7 are converted on a best-effort basis (the converter has adapters from opset 1, but old
 #: models with e.g. ``consumed_inputs`` attributes are rare and little tested).
@@ -84,7 +85,7 @@ def _keep_legacy_resize(model: onnx.ModelProto, converted: onnx.ModelProto, warn
         rounding = "floor"
         if old.op_type == "Resize":
             scales = constants.get(old.input[1]) if len(old.input) > 1 else None
-            values = numpy_helper.to_array(scales) if scales is not None else None
+            values = tensor_to_array(scales) if scales is not None else None  # checks shape against data
             if values is not None and values.size and (values <= 1).all() and (values < 1).any():
                 rounding = "ceil"
             elif values is None or (values < 1).any():

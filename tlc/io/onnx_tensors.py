@@ -5,10 +5,17 @@ low-precision types through ml_dtypes), in tensors, sequences of tensors and opt
 (``tlc.ir.types``). Everything else ONNX can express (complex64, complex128; maps, sparse tensors, sequences of
 sequences or of optionals) is refused with an ``UnsupportedOperatorError`` that names the type and where it
 occurs, never a ValidationError from deep inside.
+
+A model file is untrusted input (SECURITY.md): a tensor whose declared shape and data disagree (a negative dim,
+10^12 elements declared over 16 bytes, a raw buffer of the wrong length, strings that are not UTF-8) is refused
+with an ``InvalidModelError`` before anything of its declared size is allocated; a sparse tensor is densified
+only up to ``MAX_DENSE_BYTES``; external data is read only from regular files inside the model's folder, and
+only the bytes its offset and length name, after checking they lie inside the file.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,20 +53,47 @@ def tensor_to_array(tensor: onnx.TensorProto) -> np.ndarray:
         # confines external data to the model's folder, may resolve it.
         raise InvalidModelError(f"tensor {tensor.name!r} keeps its data in an external file; import the model "
                                 f"from its path (tlc.io.onnx.import_onnx) so the data is read from its folder")
-    array = numpy_helper.to_array(tensor)
+    dims = _dims(tensor.dims, f"tensor {tensor.name!r}")
+    try:
+        # NOTE: numpy_helper builds the array from the data present and reshapes it last, so a shape that the
+        # data does not fill fails here without allocating the declared size.
+        array = numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, OverflowError, IndexError) as exc:  # UnicodeDecodeError is a ValueError
+        raise InvalidModelError(f"tensor {tensor.name!r} declares shape {dims} ({math.prod(dims)} elements of "
+                                f"{element_type_name(tensor.data_type)}) but its data does not fit it: "
+                                f"{type(exc).__name__}: {exc}") from None
     if array.dtype.kind in "SU" or array.dtype == object:
         array = np.array([v.decode() if isinstance(v, bytes) else str(v) for v in array.ravel()],
                          dtype=object).reshape(array.shape)
     return array
 
 
+#: the largest dense array a sparse tensor may become (a few hundred bytes of proto could declare terabytes)
+MAX_DENSE_BYTES = 2**31
+
+
+def _dims(raw_dims, where: str) -> list[int]:
+    """The dims of a tensor proto as ints, refusing negative ones (numpy would read -1 as "infer this dim")."""
+    dims = [int(d) for d in raw_dims]
+    if any(d < 0 for d in dims):
+        raise InvalidModelError(f"{where} declares shape {dims}: dims must be >= 0")
+    return dims
+
+
 def sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
     """Densify a sparse tensor: indices are either linear ([NNZ]) or coordinates ([NNZ, rank])."""
     values = tensor_to_array(sparse.values)
     indices = tensor_to_array(sparse.indices).astype(np.int64) if sparse.indices.dims else np.zeros(0, np.int64)
-    dims = tuple(int(d) for d in sparse.dims)
+    name = sparse.values.name
+    dims = tuple(_dims(sparse.dims, f"sparse tensor {name!r}"))
+    size = math.prod(dims)
+    if size * values.dtype.itemsize > MAX_DENSE_BYTES:
+        raise InvalidModelError(f"sparse tensor {name!r} of shape {list(dims)} would densify to "
+                                f"{size * values.dtype.itemsize:,} bytes; tlc densifies at most {MAX_DENSE_BYTES:,}")
+    if indices.shape[:1] != (values.size,):
+        raise InvalidModelError(f"sparse tensor {name!r}: {values.size} values but indices of shape "
+                                f"{list(indices.shape)}")
     dense = np.zeros(dims, dtype=values.dtype)
-    size = int(np.prod(dims, dtype=np.int64))
     if indices.ndim == 1:
         if indices.size and (indices.min() < 0 or indices.max() >= size):
             raise InvalidModelError(f"sparse tensor {sparse.values.name!r}: an index is outside shape {list(dims)}")
@@ -163,13 +197,6 @@ def load_external_data(model: onnx.ModelProto, base: Path) -> None:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in tensor.external_data}
-        location = info.get("location", "")
-        target = (base / location).resolve()
-        if not location or os.path.isabs(location) or base not in target.parents:
-            raise InvalidModelError(f"tensor {tensor.name!r} refers to external data {location!r} outside the "
-                                    f"model's folder {str(base)!r}; refusing to read it")
-        if not target.is_file():
-            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} not found")
         try:
             offset, length = int(info.get("offset", 0)), info.get("length")
             length = None if length is None else int(length)
@@ -177,15 +204,38 @@ def load_external_data(model: onnx.ModelProto, base: Path) -> None:
             raise InvalidModelError(f"tensor {tensor.name!r}: bad external data offset/length {info}") from None
         if offset < 0 or (length is not None and length < 0):
             raise InvalidModelError(f"tensor {tensor.name!r}: negative external data offset/length {info}")
-        with open(target, "rb") as f:
-            f.seek(offset)
-            data = f.read() if length is None else f.read(length)
-        if length is not None and len(data) != length:
-            raise InvalidModelError(f"tensor {tensor.name!r}: external data file {location!r} has {len(data)} "
-                                    f"bytes at offset {offset}, expected {length}")
-        tensor.raw_data = data
+        try:
+            tensor.raw_data = _read_external(tensor.name, base, info.get("location", ""), offset, length)
+        except (OSError, ValueError, RuntimeError) as exc:  # a name too long, a NUL byte, a symlink loop,
+            # a file that vanished or cannot be read
+            raise InvalidModelError(f"tensor {tensor.name!r}: cannot read external data "
+                                    f"{info.get('location', '')!r}: {exc}") from None
         del tensor.external_data[:]
         tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+def _read_external(name: str, base: Path, location: str, offset: int, length: int | None) -> bytes:
+    """The bytes of one external tensor: a regular file inside ``base`` (symlinks resolved first), and a range
+    inside the file (checked against its size before reading, so no length can make tlc allocate more)."""
+    target = (base / location).resolve()
+    if not location or os.path.isabs(location) or base not in target.parents:
+        raise InvalidModelError(f"tensor {name!r} refers to external data {location!r} outside the "
+                                f"model's folder {str(base)!r}; refusing to read it")
+    if not target.is_file():
+        raise InvalidModelError(f"tensor {name!r}: external data file {location!r} not found (or not a "
+                                f"regular file)")
+    with open(target, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        want = size - offset if length is None else length
+        if offset > size or want > size - offset:
+            raise InvalidModelError(f"tensor {name!r}: external data file {location!r} has {max(size - offset, 0)} "
+                                    f"bytes at offset {offset}, expected {want}")
+        f.seek(offset)
+        data = f.read(want)
+    if len(data) != want:  # the file shrank while it was read
+        raise InvalidModelError(f"tensor {name!r}: external data file {location!r} has {len(data)} bytes at "
+                                f"offset {offset}, expected {want}")
+    return data
 
 
 def _all_tensors(model: onnx.ModelProto):

@@ -40,7 +40,7 @@ def check_feeds(specs: Sequence[tuple[str, ValueType]], feeds: Mapping[str, obje
         if not isinstance(ttype, TensorType):
             arrays[name] = _check_value(name, ttype, raw)
             continue
-        array = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
+        array = _as_array(name, raw, ttype)
         try:
             got = dtype_name(array.dtype)
         except Exception:
@@ -77,7 +77,7 @@ def _check_value(name: str, vtype: ValueType, raw: object) -> object:
                              f"{type(raw).__name__}")
         items = [_check_value(f"{name}[{i}]", vtype.elem, a) for i, a in enumerate(raw)]
         return items
-    array = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
+    array = _as_array(name, raw, vtype)
     try:
         got = dtype_name(array.dtype)
     except Exception:
@@ -86,4 +86,18 @@ def _check_value(name: str, vtype: ValueType, raw: object) -> object:
         raise DTypeMismatchError(f"input {name!r}: expected dtype {vtype.dtype}, got {got} (shape {list(array.shape)})")
     if not vtype.matches(array):
         raise ShapeMismatchError(f"input {name!r}: expected shape {vtype}, got {list(array.shape)}")
+    return array
+
+
+def _as_array(name: str, raw: object, ttype: TensorType) -> np.ndarray:
+    """``raw`` as an array; what numpy cannot make one of (ragged nested lists) is an ``InputError``."""
+    if isinstance(raw, np.ndarray):
+        return raw
+    try:
+        array = np.asarray(raw)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InputError(f"input {name!r}: expected an array of {ttype}, got a {type(raw).__name__} numpy cannot "
+                         f"convert ({exc})") from None
+    if array.dtype == object and array.ndim == 0 and not isinstance(raw, str):  # None, a dict, any object
+        raise InputError(f"input {name!r}: expected an array of {ttype}, got {type(raw).__name__}")
     return array

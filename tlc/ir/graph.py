@@ -569,6 +569,8 @@ class Graph:
         if all(t is not None for n in nodes if n.op != "Input" for t in n.output_types):
             return False
         for node in nodes:
+            if _resolver is not None:  # NOTE: text read from a file may lack a required attribute (a body) that
+                _resolver.check(self, node)  # inference would trip over; the verifier's check names it first
             if node.op == "Constant" and node.domain == "" and node.output_types[:1] == [None]:
                 value = node.attrs.get("value")  # NOTE: text read from a file may give a Constant no tensor
                 if not isinstance(value, np.ndarray):

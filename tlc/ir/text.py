@@ -41,6 +41,7 @@ needed); without a dict they print elided (``...``), which is for humans and ref
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import zipfile
@@ -237,8 +238,33 @@ def load_text(path: str | os.PathLike) -> Graph:
     if not npz.exists():
         return parse_graph(text, source=str(path))
     try:
+        _check_npz(npz)
         arrays = np.load(npz, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InvalidModelError(f"cannot read the tensors of {str(path)!r} from {str(npz)!r}: {exc}") from exc
     with arrays:
         return parse_graph(text, tensors=arrays, source=str(path))
+
+
+def _check_npz(npz: Path) -> None:
+    """Refuse an .npz whose arrays the file does not hold: each member stored uncompressed (as ``save_text``
+    writes them), inside the file, and as long as its .npy header's shape needs.
+
+    NOTE: numpy allocates an array by its header's shape before it reads the data, so a 200-byte .npz declaring
+    10^12 elements would cost terabytes; checked here, no array is larger than the file."""
+    size = npz.stat().st_size
+    with zipfile.ZipFile(npz) as archive:
+        for info in archive.infolist():
+            if (info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size
+                    or info.file_size > size):
+                raise ValueError(f"member {info.filename!r} is compressed or larger than the file ({info.file_size} "
+                                 f"bytes in a {size}-byte file); save_text stores arrays uncompressed")
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read_header(member)
+                need = member.tell() + math.prod(shape) * dtype.itemsize
+            if not dtype.hasobject and need > info.file_size:
+                raise ValueError(f"member {info.filename!r} declares {dtype}{list(shape)} ({need} bytes) but holds "
+                                 f"{info.file_size} bytes")

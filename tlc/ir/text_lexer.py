@@ -68,6 +68,9 @@ _TOKEN = re.compile("|".join([
     r"(?P<punct>[(){}\[\]<>,=:?*.])",
 ]))
 INT = re.compile(r"-?\d+\Z")
+#: the longest number literal read (the printer writes at most ~25 characters; Python refuses ints of more than
+#: 4300 digits with a ValueError, and long ones cost quadratic time)
+MAX_NUMBER_CHARS = 400
 
 
 class Token:
@@ -87,6 +90,8 @@ def tokenize(text: str, fail) -> list[Token]:
         if m is None:
             what = "an unterminated or malformed string" if text[pos] in '"%@' else repr(text[pos])
             fail(pos, f"unexpected {what}")
+        if m.lastgroup == "number" and m.end() - pos > MAX_NUMBER_CHARS:
+            fail(pos, f"a number of {m.end() - pos} characters; at most {MAX_NUMBER_CHARS} are read")
         if m.lastgroup != "skip":
             tokens.append(Token(m.lastgroup, m.group(), pos))
         pos = m.end()

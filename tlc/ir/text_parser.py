@@ -2,7 +2,9 @@
 
 Also ``add_exact_node``, which restores a node exactly as it was saved (the GraphML reader uses it too).
 
-NOTE: the parser never evaluates anything it reads: names and strings become data, never code.
+NOTE: the parser never evaluates anything it reads: names and strings become data, never code. Text is untrusted
+input (SECURITY.md): every way it can nest (graphs in attributes, lists in lists, ``opt<seq<...>>``) is bounded, so
+that hostile text gets an ``InvalidModelError`` naming line and column, never a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -12,12 +14,17 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import InvalidModelError
 from .graph import Graph, Node, Value
 from .text_lexer import INT, Token, tokenize, unquote
-from .types import DTYPES, OptionalType, SequenceType, TensorType, ValueType, np_dtype
+from .types import DTYPES, ML_INT_DTYPES, OptionalType, SequenceType, TensorType, ValueType, np_dtype
+from .verify import MAX_BODY_DEPTH
+
+#: lists nested in lists in an attribute value (ONNX attributes are flat lists; GraphML may nest one more)
+MAX_LIST_DEPTH = 8
 
 
 # ---------------------------------------------------------------------------- building
@@ -51,6 +58,8 @@ class Parser:
         self._line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
         self.tokens = tokenize(text, self._fail_at)
         self.i = 0
+        self.graph_depth = -1   # 0 while parsing the outermost graph, 1 in its bodies, ...
+        self.list_depth = 0
 
     # -- plumbing
     def _fail_at(self, pos: int, message: str):
@@ -67,7 +76,8 @@ class Parser:
 
     def next(self) -> Token:
         tok = self.tokens[self.i]
-        self.i += 1
+        if tok.kind != "eof":  # NOTE: the end stays the current token, however often a caller asks past it
+            self.i += 1
         return tok
 
     def at(self, text: str, kind: str | None = None) -> bool:
@@ -122,7 +132,16 @@ class Parser:
         return graph
 
     def graph(self) -> Graph:
-        self.expect("graph", " (a graph starts with `graph @name`)")
+        start = self.expect("graph", " (a graph starts with `graph @name`)")
+        if self.graph_depth >= MAX_BODY_DEPTH:
+            self.fail(f"graphs are nested more than {MAX_BODY_DEPTH} levels deep", start)
+        self.graph_depth += 1
+        try:
+            return self.graph_rest()
+        finally:
+            self.graph_depth -= 1
+
+    def graph_rest(self) -> Graph:
         graph = Graph(self.sigil_name("symbol", "the graph name (@name)"))
         seen = set()
         while self.peek().kind == "word" and self.peek().text in ("opset", "producer", "metadata", "doc"):
@@ -243,7 +262,13 @@ class Parser:
             self.next()
             return _WORD_LITERALS[tok.text]
         if self.accept("["):
-            return self.comma_list("]", self.attr_value)
+            if self.list_depth >= MAX_LIST_DEPTH:
+                self.fail(f"lists are nested more than {MAX_LIST_DEPTH} levels deep", tok)
+            self.list_depth += 1
+            try:
+                return self.comma_list("]", self.attr_value)
+            finally:
+                self.list_depth -= 1
         if tok.text == "dense" and tok.kind == "word":
             return self.tensor()
         if tok.text == "graph" and tok.kind == "word":
@@ -258,6 +283,12 @@ class Parser:
             return None
         if tok.text in ("seq", "opt"):
             self.expect("<", f" after {tok.text!r}")
+            # NOTE: what may nest is known before recursing (a sequence of tensors, an optional of a tensor or a
+            # sequence), so `opt<opt<opt<...` fails here at its second level instead of recursing on
+            inner_tok = self.peek()
+            if inner_tok.kind == "word" and (inner_tok.text == "opt" or inner_tok.text == "seq" == tok.text):
+                what = "a sequence holds tensors" if tok.text == "seq" else "an optional holds a tensor or a sequence"
+                self.fail(f"{what}, got {inner_tok.text}<...>", inner_tok)
             inner = self.type()
             self.expect(">", f" to close {tok.text}<...>")
             if tok.text == "seq" and not isinstance(inner, TensorType):
@@ -337,26 +368,24 @@ def _array(parser: Parser, ttype: TensorType, elems: list[Token]) -> np.ndarray:
         elif kind.startswith(("int", "uint")):
             ok = tok.kind == "number" and bool(INT.match(tok.text))
             value = int(tok.text) if ok else None
+            if ok and not _fits(value, kind):
+                parser.fail(f"element {tok.text} does not fit in {kind}", tok)
         else:
             ok = tok.kind == "number" or (tok.kind == "word" and tok.text in ("inf", "nan"))
             value = float(tok.text) if ok else None
         if not ok:
             parser.fail(f"expected an element of dtype {kind}, got {tok.describe()}", tok)
         values.append(value)
-    try:
-        if kind.startswith("float"):
-            # NOTE: parsing the shortest decimal as float64 then rounding is exact for float32/float16
-            # (53 >= 2*24 + 2), so the printed shortest form round-trips bit for bit.
-            with np.errstate(over="ignore"):
-                array = np.array(values, dtype=np.float64).astype(kind)
-        else:
-            array = np.array(values, dtype=np_dtype(kind))
-    except OverflowError:
-        bad = next(tok for tok, v in zip(elems, values, strict=True) if not _fits(v, kind))
-        parser.fail(f"element {bad.text} does not fit in {kind}", bad)
+    if kind.startswith("float"):
+        # NOTE: parsing the shortest decimal as float64 then rounding is exact for float32/float16
+        # (53 >= 2*24 + 2), so the printed shortest form round-trips bit for bit.
+        with np.errstate(over="ignore"):
+            array = np.array(values, dtype=np.float64).astype(kind)
+    else:  # integers were checked against their range above: numpy would wrap int4 silently
+        array = np.array(values, dtype=np_dtype(kind))
     return array.reshape(ttype.shape)
 
 
 def _fits(value: int, dtype: str) -> bool:
-    info = np.iinfo(dtype)
-    return info.min <= value <= info.max
+    info = ml_dtypes.iinfo(dtype) if dtype in ML_INT_DTYPES else np.iinfo(dtype)
+    return int(info.min) <= value <= int(info.max)

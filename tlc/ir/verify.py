@@ -3,7 +3,7 @@
 Checks: acyclic; port indices valid and each input port fed once; every required input connected and
 attributes valid (asked of the op registry); stored types equal what inference gives (for sequences and
 optionals: the same kind, and element types that agree); outputs exist;
-node and value names unique; subgraph attributes verified recursively.
+node and value names unique; subgraph attributes verified recursively, at most ``MAX_BODY_DEPTH`` levels deep.
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ from ..errors import ValidationError
 from .graph import Graph, Node, op_resolver
 from .types import TensorType
 
+#: Bodies (If branches, Loop/Scan bodies, Fused groups) nested deeper than this are refused by the readers and the
+#: verifier: they, the text printer and the passes recurse once per level, and this keeps every one of them far
+#: from Python's recursion limit. Real models nest a few levels.
+MAX_BODY_DEPTH = 24
+
 
 def _where(node: Node) -> str:
     return f"node {node.name!r} ({node.qualified_op})"
@@ -21,6 +26,12 @@ def _where(node: Node) -> str:
 
 def verify(graph: Graph, *, check_types: bool = True) -> None:
     """Raise ``ValidationError`` on the first defect found in ``graph``."""
+    _verify(graph, check_types, 0)
+
+
+def _verify(graph: Graph, check_types: bool, depth: int) -> None:
+    if depth > MAX_BODY_DEPTH:
+        raise ValidationError(f"graph {graph.name!r}: bodies are nested more than {MAX_BODY_DEPTH} levels deep")
     if not nx.is_directed_acyclic_graph(graph.nx):
         cycle = nx.find_cycle(graph.nx)
         names = " -> ".join(graph.node(u).name for u, *_ in cycle)
@@ -45,7 +56,7 @@ def verify(graph: Graph, *, check_types: bool = True) -> None:
         for key, attr in node.attrs.items():
             if isinstance(attr, Graph):
                 try:
-                    verify(attr, check_types=check_types)
+                    _verify(attr, check_types, depth + 1)
                 except ValidationError as exc:
                     raise ValidationError(f"in subgraph attribute {key!r} of {_where(node)}: {exc}") from None
         if check_types and resolver is not None and not (node.domain == "" and node.op in ("Input", "Constant")):
