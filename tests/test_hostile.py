@@ -6,7 +6,7 @@ and message fragment it must end in. Every file row (and a few models, serialize
 which must exit 1 with one line, write nothing and leave its input as it was. Huge declared shapes are read under
 ``tracemalloc``: refused or kept symbolic, never allocated. Depth and size: subgraphs nested 200 deep are refused
 by name at ``MAX_BODY_DEPTH`` (and that depth itself loads, optimizes and prints); a long chain of nodes imports,
-verifies, optimizes and prints without recursion (20,000 nodes here, 100,000 in the sweep). Names crafted to break
+verifies, optimizes and prints without recursion (10,000 nodes here, 100,000 in the sweep). Names crafted to break
 out of generated source are tests/test_security.py's; external data escaping the folder is tests/test_onnx_io.py's.
 """
 
@@ -556,8 +556,8 @@ def long_chain(n: int) -> None:
     assert len(graph) == n + 1 and text.count("\n") == n + 4
 
 
-def test_20000_node_chain_without_recursion():
-    long_chain(20_000)
+def test_10000_node_chain_without_recursion():
+    long_chain(10_000)
 
 
 @pytest.mark.sweep

@@ -19,6 +19,7 @@ One compiled plan per level and family; each plan runs many cases at once (every
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import ml_dtypes
@@ -148,7 +149,9 @@ def test_elementwise_special_values(dtype):
     a, b = all_pairs(dtype)
     want = reference(g, {"a": a, "b": b})
     rtol = 4e-7 if dtype == "float32" else 1e-15
-    for level, got in compiled(g, {"a": a, "b": b}).items():
+    # float64 at -O2 only in CI: -O1's one-op kernels come from the same generator float32 covers at every level
+    levels = LEVELS if dtype == "float32" or os.environ.get("TLC_TESTS_FULL") else (2,)
+    for level, got in compiled(g, {"a": a, "b": b}, levels=levels).items():
         for name in want:
             assert_special_equal(got[name], want[name], f"{name} at -O{level}", rtol=rtol)
     if dtype == "float32":   # the parallel kernels too (a second specialization of the -O2 plan's shapes)

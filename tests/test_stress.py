@@ -101,6 +101,6 @@ def test_numba_save_failure_moves_the_cache_aside(tmp_path, monkeypatch):
 
 
 def test_memory_flat_over_runs():
-    result = stress.stress_memory(2000, plan=tlc.compile(stress.tiny_model(), jit="eager"), warmup=200)
+    result = stress.stress_memory(1000, plan=tlc.compile(stress.tiny_model(), jit="eager"), warmup=200)
     assert result["traced_growth"] < 16 << 10, result   # Python objects: nothing kept per run
     assert result["rss_growth"] < 2 << 20, result
