@@ -143,8 +143,19 @@ _binary("Mul", _typed(np.multiply), lambda a, b: a * b, EW_COMMUTATIVE)
 _binary("Div", _typed(_div), lambda a, b: a / b, cost=4)
 _binary("Pow", _typed(lambda a, b: np.power(a, b.astype(a.dtype) if a.dtype.kind == "f" else b)),
         lambda a, b: E.power(a, b), cost=16)
-_binary("PRelu", _typed(lambda x, slope: np.where(x < 0, x * slope, x)),
-        lambda x, s: E.where(E.lt(x, 0.0), x * s, x))
+def _prelu_infer(ctx: InferContext) -> list:
+    """Broadcasting one way only: the slope to X's shape (ONNX), so the output has X's shape."""
+    out = elementwise()(ctx)
+    x, y = ctx.shape(0), out[0].shape
+    if x is not None and y is not None and (len(x) != len(y) or any(
+            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(x, y))):
+        ctx.fail(f"the slope of shape {list(ctx.shape(1))} does not broadcast to X's shape {list(x)} "
+                 f"(PRelu broadcasts one way: slope to X)")
+    return out
+
+
+register(OpDef(name="PRelu", infer=_prelu_infer, reference=_typed(lambda x, slope: np.where(x < 0, x * slope, x)),
+               expr=lambda x, s: E.where(E.lt(x, 0.0), x * s, x), inputs=(2, 2), traits=EW))
 _binary("Mod", _typed(lambda a, b, *, fmod: np.fmod(a, b) if fmod else np.mod(a, b)),
         lambda a, b, *, fmod: E.fmod(a, b) if fmod else E.mod(a, b), attrs={"fmod": Attr("int", 0)}, cost=4)
 _binary("Equal", lambda a, b: np.equal(a, b), E.eq, EW_COMMUTATIVE, "bool")
