@@ -238,7 +238,11 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
     value_info = [v for v in value_info if v.name not in out_names]
     gp = helper.make_graph(writer.nodes, graph.name, inputs, outputs, initializer=initializers,
                            value_info=value_info, doc_string=graph.doc or None)
-    opset = export_opset(graph.opset.get("", DEFAULT_OPSET), ops)
+    attrs: dict[str, set[str]] = {}
+    for node in gp.node:
+        if node.domain in ("", "ai.onnx"):
+            attrs.setdefault(node.op_type, set()).update(a.name for a in node.attribute)
+    opset = export_opset(graph.opset.get("", DEFAULT_OPSET), ops, attrs)
     opsets = [helper.make_opsetid("", opset)]
     opsets += [helper.make_opsetid(d, v) for d, v in sorted(graph.opset.items()) if d not in ("", TLC_DOMAIN)]
     if functions:

@@ -184,8 +184,10 @@ def _signature(schema: defs.OpSchema) -> tuple:
 
 
 # ---------------------------------------------------------------------------- export
-def export_opset(graph_opset: int, ops: set[str]) -> int:
-    """The default-domain opset to write: the graph's, raised to where every used op exists."""
+def export_opset(graph_opset: int, ops: set[str], attrs: dict[str, set[str]] | None = None) -> int:
+    """The default-domain opset to write: the graph's, raised to where every used op exists and, for ``attrs``
+    (op -> attribute names written), to where the op has those attributes (DequantizeLinear's ``output_dtype``
+    is opset 23's: a graph whose other opset-23 ops were folded away must not be written at 21 with it)."""
     version = graph_opset
     for op in sorted(ops):
         try:
@@ -197,4 +199,16 @@ def export_opset(graph_opset: int, ops: set[str]) -> int:
             except ValueError:
                 continue  # not an ONNX op (the checker will say so)
             version = max(version, first)
+    for op, names in sorted((attrs or {}).items()):
+        try:
+            schema = defs.get_schema(op, version, "")
+        except defs.SchemaError:
+            continue
+        if names <= set(schema.attributes):
+            continue
+        later = [s.since_version for s in defs.get_all_schemas_with_history()
+                 if s.name == op and s.domain == "" and s.since_version > schema.since_version
+                 and names <= set(s.attributes)]
+        if later:
+            version = max(version, min(later))
     return version
