@@ -128,3 +128,28 @@ def test_does_not_fire_without_duplicates(dtype, rng):
     g.output(g.add_node("Not", [y]), "out")
     out, result = apply(CsePass, g, rng)
     assert not result.changed and out.structural_hash() == g.structural_hash()
+
+
+def test_training_dropout_without_a_seed_is_never_merged_or_folded():
+    """Dropout in training mode without a seed draws a new mask each run: two of them on one input stay two, and
+    one on a constant is not folded; with a seed (the same mask every run) or in inference mode they merge."""
+    import tlc
+
+    def graph(seed, training):
+        g = tlc.Graph("d")
+        x = g.input("x", "float32", (64,))
+        r, t = g.constant(np.float32(0.5)), g.constant(np.bool_(training))
+        attrs = {} if seed is None else {"seed": seed}
+        a, b = (g.add_node("Dropout", [x, r, t], **attrs) for _ in range(2))
+        g.output(g.add_node("Sub", [a, b]), "diff")
+        g.output(g.add_node("Dropout", [g.constant(np.ones(64, np.float32)), r, t], **attrs), "c")
+        return g
+
+    def dropouts(g):
+        out = tlc.optimize(g, opt_level=2)
+        out = out[0] if isinstance(out, tuple) else out
+        return sum(n.op == "Dropout" for n in out.nodes())
+
+    assert dropouts(graph(None, True)) == 3
+    assert dropouts(graph(7, True)) == 1        # the two merged; the one on a constant folded
+    assert dropouts(graph(None, False)) == 0    # inference mode: the identity

@@ -102,7 +102,7 @@ def bodies_pure(node: Node) -> bool:
             if inner.domain == "" and inner.op in ("Input", "Constant"):
                 continue
             opdef = lookup(inner.op, inner.domain)
-            if opdef is None or not opdef.is_pure or not bodies_pure(inner):
+            if opdef is None or not opdef.pure_at(body, inner) or not bodies_pure(inner):
                 return False
     return True
 

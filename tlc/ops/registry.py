@@ -128,6 +128,9 @@ class OpDef:
     #: the reference takes the ml_dtypes element types (bfloat16, float8, int4, ...) as they are; otherwise
     #: ``run_reference`` widens them (``widened``) and rounds the outputs to their types once
     ml_dtypes: bool = False
+    #: ops pure in general but random at some nodes: ``(graph, node) -> True`` where this node draws random numbers
+    #: (Dropout in training mode without a seed); passes ask ``pure_at``, not the trait
+    impure_at: Callable[[Graph, Node], bool] | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -139,6 +142,10 @@ class OpDef:
     @property
     def is_pure(self) -> bool:
         return Trait.PURE in self.traits
+
+    def pure_at(self, graph: Graph, node: Node) -> bool:
+        """Whether this node computes the same outputs from the same inputs (CSE may merge it, fold run it)."""
+        return self.is_pure and not (self.impure_at is not None and self.impure_at(graph, node))
 
     @property
     def is_elementwise(self) -> bool:

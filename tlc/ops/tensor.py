@@ -68,8 +68,17 @@ def _dropout_outputs(attrs, num_inputs):
     return 1
 
 
+def _dropout_random(graph, node) -> bool:
+    """Training mode (a training_mode input that is not a constant false) without a seed: a fresh mask each run."""
+    inputs = graph.inputs_of(node)
+    if node.attrs.get("seed") is not None or len(inputs) < 3 or inputs[2] is None:
+        return False
+    mode = graph.const_value(inputs[2]) if graph.node(inputs[2].node).op == "Constant" else None
+    return mode is None or bool(np.asarray(mode))
+
+
 register(OpDef(name="Dropout", infer=_dropout_infer, reference=_dropout, inputs=(1, 3), outputs=_dropout_outputs,
-               attrs={"seed": Attr("int")}, traits=PURE,
+               attrs={"seed": Attr("int")}, traits=PURE, impure_at=_dropout_random,
                cost=0, doc="Dropout: the identity in inference mode; a random mask (seeded by `seed`) in training."))
 
 

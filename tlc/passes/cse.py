@@ -57,7 +57,7 @@ class CsePass(Pass):
 def node_key(graph: Graph, node: Node) -> tuple | None:
     """The value-numbering key of a pure node; None for nodes CSE must leave alone (impure or unknown ops)."""
     opdef = lookup(node.op, node.domain)
-    if opdef is None or not opdef.is_pure or not bodies_pure(node):
+    if opdef is None or not opdef.pure_at(graph, node) or not bodies_pure(node):
         return None
     attrs = opdef.resolved_attrs(node)
     digest = tuple((k, attr_digest(v)) for k, v in sorted(attrs.items()) if v is not None)

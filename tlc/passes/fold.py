@@ -83,7 +83,7 @@ class FoldPass(Pass):
                 if node.output_types != before:
                     folded.append(node.id)
                 continue
-            opdef = _foldable_opdef(node)
+            opdef = _foldable_opdef(graph, node)
             if opdef is None:
                 continue
             found = _constant_inputs(graph, node, opdef)
@@ -167,7 +167,7 @@ class SizePolicy:
         if self._computable is None:
             self._computable = set()
             for node in self.graph.nodes():
-                opdef = _foldable_opdef(node)
+                opdef = _foldable_opdef(self.graph, node)
                 if opdef is not None and all(v is None or self._known(v, opdef)
                                              for v in self.graph.inputs_of(node)):
                     self._computable.add(node.id)
@@ -206,11 +206,11 @@ class SizePolicy:
         return True
 
 
-def _foldable_opdef(node: Node) -> OpDef | None:
+def _foldable_opdef(graph: Graph, node: Node) -> OpDef | None:
     if node.domain == "" and node.op in ("Input", "Constant"):
         return None
     opdef = lookup(node.op, node.domain)
-    if opdef is None or not (opdef.is_pure and opdef.is_foldable) or opdef.has(Trait.SUBGRAPH):
+    if opdef is None or not (opdef.pure_at(graph, node) and opdef.is_foldable) or opdef.has(Trait.SUBGRAPH):
         return None
     return opdef
 
