@@ -268,3 +268,17 @@ def test_bench_compares_compiled_plan_with_reference_and_onnxruntime(capsys, mod
 def test_bench_rejects_zero_rounds(capsys, model):
     code, _, err = run_cli(capsys, model, "--bench", "--rounds", "0")
     assert code == 1 and "--rounds must be at least 1" in err
+
+
+def test_outputs_are_written_all_or_none(tmp_path, capsys):
+    """-o and the dumps are moved into place together: a dump that cannot be written (its folder is missing)
+    leaves no -o file and no staging file behind."""
+    model = tmp_path / "m.tlc"
+    model.write_text('graph @g {\n  %x = Input : float32[2]\n  %y = Relu(%x) : float32[2]\n  return %y\n}\n')
+    out, dot = tmp_path / "out.onnx", tmp_path / "out.dot"
+    assert main([str(model), "-O1", "-o", str(out), "--dump-dot", str(dot),
+                 "--dump-graphml", str(tmp_path / "missing" / "g.graphml")]) == 1
+    assert "cannot access" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tlc"]
+    assert main([str(model), "-O1", "-o", str(out), "--dump-dot", str(dot)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tlc", "out.dot", "out.onnx"]

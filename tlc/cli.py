@@ -352,15 +352,26 @@ def load_input(path: str, *, progress: bool = False) -> Graph:
 
 
 def write_outputs(args: argparse.Namespace, graph: Graph, out_format: str | None) -> None:
-    if args.output is not None:
-        _save(graph, args.output, out_format)
-    elif out_format == "tlc":
+    """Write ``-o``, ``--dump-dot`` and ``--dump-graphml`` all or none: each is written beside its target under a
+    staging name first, and only when every one is written are they moved into place (a failing later dump never
+    leaves an earlier file behind)."""
+    if args.output is None and out_format == "tlc":
         text = print_graph(graph)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    if args.dump_dot is not None:
-        _save(graph, args.dump_dot, "dot")
-    if args.dump_graphml is not None:
-        _save(graph, args.dump_graphml, "graphml")
+    targets = [(path, fmt) for path, fmt in ((args.output, out_format), (args.dump_dot, "dot"),
+                                              (args.dump_graphml, "graphml")) if path is not None]
+    staged: list[tuple[Path, str]] = []
+    try:
+        for path, fmt in targets:
+            target = Path(path)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.staged")
+            staged.append((tmp, path))
+            _save(graph, str(tmp), tlc_io.format_of(path, fmt))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
 
 
 def _save(graph: Graph, path: str, fmt: str | None) -> None:
