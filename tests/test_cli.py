@@ -270,9 +270,9 @@ def test_bench_rejects_zero_rounds(capsys, model):
     assert code == 1 and "--rounds must be at least 1" in err
 
 
-def test_outputs_are_written_all_or_none(tmp_path, capsys):
-    """-o and the dumps are moved into place together: a dump that cannot be written (its folder is missing)
-    leaves no -o file and no staging file behind."""
+def test_a_missing_output_folder_fails_before_anything_is_written(tmp_path, capsys):
+    """Every target's folder is checked before writing: a dump whose folder is missing leaves no -o file (and no
+    temporary file) behind."""
     model = tmp_path / "m.tlc"
     model.write_text('graph @g {\n  %x = Input : float32[2]\n  %y = Relu(%x) : float32[2]\n  return %y\n}\n')
     out, dot = tmp_path / "out.onnx", tmp_path / "out.dot"

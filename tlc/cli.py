@@ -17,6 +17,7 @@ the new ``args`` fields in the step of ``run`` they belong to (load, optimize, w
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -352,26 +353,20 @@ def load_input(path: str, *, progress: bool = False) -> Graph:
 
 
 def write_outputs(args: argparse.Namespace, graph: Graph, out_format: str | None) -> None:
-    """Write ``-o``, ``--dump-dot`` and ``--dump-graphml`` all or none: each is written beside its target under a
-    staging name first, and only when every one is written are they moved into place (a failing later dump never
-    leaves an earlier file behind)."""
+    """Write ``-o``, ``--dump-dot`` and ``--dump-graphml``, each atomically; every target's folder is checked first,
+    so a dump whose folder is missing fails before anything is written. NOTE: not staged and moved together: a
+    .tlc output writes its tensors to an .npz named after the file, which a staging name would orphan."""
+    targets = [(path, fmt) for path, fmt in ((args.output, out_format), (args.dump_dot, "dot"),
+                                              (args.dump_graphml, "graphml")) if path is not None]
+    for path, _ in targets:
+        folder = Path(path).parent
+        if not folder.is_dir():
+            raise OSError(errno.ENOENT, "no such folder", str(folder))
     if args.output is None and out_format == "tlc":
         text = print_graph(graph)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    targets = [(path, fmt) for path, fmt in ((args.output, out_format), (args.dump_dot, "dot"),
-                                              (args.dump_graphml, "graphml")) if path is not None]
-    staged: list[tuple[Path, str]] = []
-    try:
-        for path, fmt in targets:
-            target = Path(path)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.staged")
-            staged.append((tmp, path))
-            _save(graph, str(tmp), tlc_io.format_of(path, fmt))
-        for tmp, path in staged:
-            os.replace(tmp, path)
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+    for path, fmt in targets:
+        _save(graph, path, fmt)
 
 
 def _save(graph: Graph, path: str, fmt: str | None) -> None:

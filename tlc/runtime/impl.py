@@ -84,8 +84,14 @@ class StepImpl:
 
 
 def reference_outputs(run_node: RunNode, node: Node) -> Callable[..., list]:
-    """``fn(*inputs) -> outputs`` by the op's reference implementation (through the reference interpreter)."""
-    return lambda *ins: run_node(node, list(ins))
+    """``fn(*inputs) -> outputs`` by the op's reference implementation (through the reference interpreter), each
+    array C-contiguous: native steps downstream read their inputs by address in C order (ArrayFeatureExtractor's
+    numpy result has the selected axis outermost in memory, and a pool kernel after it read the wrong elements)."""
+    def fn(*ins):
+        return [np.ascontiguousarray(r) if isinstance(r, np.ndarray) and not r.flags.c_contiguous else r
+                for r in run_node(node, list(ins))]   # (ascontiguousarray turns a 0-d array into 1-d)
+
+    return fn
 
 
 def reference_into(run_node: RunNode, node: Node, num_inputs: int) -> Callable[..., None]:
