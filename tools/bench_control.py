@@ -57,14 +57,7 @@ def loop_as_reference():
 
 
 def contenders(model: onnx.ModelProto, threads: int) -> tuple[dict, tlc.Plan]:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = bench.ort_session(model, threads, "ORT_ENABLE_ALL")
     graph = from_onnx(model)[0]
     compiled = tlc.compile(graph, opt_level=2, jit="eager", num_threads=threads)
     with loop_as_reference():

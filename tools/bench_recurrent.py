@@ -47,14 +47,7 @@ def feeds_for(seq: int, batch: int, seed: int = 1) -> dict[str, np.ndarray]:
 
 
 def contenders(model: onnx.ModelProto, threads: int) -> dict:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = bench.ort_session(model, threads, "ORT_ENABLE_ALL")
     plan = tlc.compile(from_onnx(model)[0], opt_level=2, jit="eager", num_threads=threads)
     names = [o.name for o in model.graph.output]
 
