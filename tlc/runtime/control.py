@@ -352,6 +352,24 @@ def _constants(ctx: BindContext, first_port: int, first_position: int) -> dict[i
     return found
 
 
+def _iterations(node: Node, body, kind: str, iterate, rows: list, scan_types: list, outs: tuple | None):
+    """Run a Loop's or Scan's ``iterate(run) -> (carried values, iterations)`` on one ``BodyRun`` of ``body``,
+    then stack the scan outputs ``rows``; the carried values go into the planned ``outs`` (returns None) or are
+    returned with the scans (``outs`` None). A body's error names the node."""
+    run = BodyRun(body)
+    try:
+        carried, count = iterate(run)
+        scans = [r.result(count, scan_types[j]) for j, r in enumerate(rows)]
+    except TlcError as exc:
+        raise _fail(node, exc) from exc
+    finally:
+        run.close()
+    if outs is not None:
+        _finish(outs, carried, kind)
+        return None
+    return carried + scans
+
+
 def _finish(outs: tuple, values: list, what: str) -> None:
     for out, value in zip(outs, values):
         if out.shape != value.shape:
@@ -427,26 +445,20 @@ class LoopImpl(StepImpl):
             # NOTE: one array for the iteration number, set in place: a body's outputs never alias its feeds
             it, true = np.zeros(iter_shape, np.int64), np.ones(cond_shape, bool)
             rows = [Rows(outs[n + j] if writes else None, 0, trip, False, f"scan output {j}") for j in range(k_scan)]
-            run = BodyRun(body)
-            i = 0
-            try:
-                while keep and (trip is None or i < trip):
+
+            def iterate(run: BodyRun) -> tuple[list, int]:
+                state, go, i = carried, keep, 0
+                while go and (trip is None or i < trip):
                     it[...] = i
-                    results = run([it, true, *carried, *captures])
-                    keep = bool(results[0])
-                    carried = list(results[1:1 + n])
+                    results = run([it, true, *state, *captures])
+                    go = bool(results[0])
+                    state = list(results[1:1 + n])
                     for j in range(k_scan):
                         rows[j].put(i, results[1 + n + j])
                     i += 1
-                scans = [r.result(i, scan_types[j]) for j, r in enumerate(rows)]
-            except TlcError as exc:
-                raise _fail(node, exc) from exc
-            finally:
-                run.close()
-            if writes:
-                _finish(outs[:n], carried, "Loop")
-                return None
-            return carried + scans
+                return state, i
+
+            return _iterations(node, body, "Loop", iterate, rows, scan_types, outs[:n] if writes else None)
 
         return _bound(ctx, [body], run_loop, writes, f"Loop: compiled body ({body.steps} steps)")
 
@@ -502,22 +514,17 @@ class ScanImpl(StepImpl):
             (steps,) = lengths
             rows = [Rows(outs[n + j] if writes else None, out_axes[j], steps, bool(out_dirs[j]),
                          f"scan output {j}") for j in range(k_out)]
-            run = BodyRun(body)
-            try:
+
+            def iterate(run: BodyRun) -> tuple[list, int]:
+                state = states
                 for t in range(steps):
                     slices = [x[steps - 1 - t if d else t, ...] for x, d in zip(xs, in_dirs)]   # 0-d: an array
-                    results = run([*states, *slices, *captures])
-                    states = list(results[:n])
+                    results = run([*state, *slices, *captures])
+                    state = list(results[:n])
                     for j in range(k_out):
                         rows[j].put(t, results[n + j])
-                scans = [r.result(steps, out_types[j]) for j, r in enumerate(rows)]
-            except TlcError as exc:
-                raise _fail(node, exc) from exc
-            finally:
-                run.close()
-            if writes:
-                _finish(outs[:n], states, "Scan")
-                return None
-            return states + scans
+                return state, steps
+
+            return _iterations(node, body, "Scan", iterate, rows, out_types, outs[:n] if writes else None)
 
         return _bound(ctx, [body], run_scan, writes, f"Scan: compiled body ({body.steps} steps)")
