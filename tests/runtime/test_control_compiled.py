@@ -10,10 +10,10 @@ import warnings
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx_cases import PASS, CompiledRunner, run_case
+from test_control_flow import _feeds, _ort  # the reference tests' feeds and onnxruntime run
 
 import tlc
 from tlc.io.onnx import from_onnx
@@ -128,19 +128,6 @@ def reverse_scan() -> onnx.ModelProto:
                             scan_output_directions=[1])
     return _model([node], [_vi("s0", F, [2]), _vi("x", F, [2, 5]), _vi("scale", F, [2])],
                   [_vi("s_final", F, [2]), _vi("ys", F, [2, 5])])
-
-
-def _feeds(model: onnx.ModelProto, rng: np.random.Generator, **fixed) -> dict[str, np.ndarray]:
-    feeds = {}
-    for vi in model.graph.input:
-        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        feeds[vi.name] = fixed.get(vi.name, rng.standard_normal(shape).astype(np.float32))
-    return feeds
-
-
-def _ort(model: onnx.ModelProto, feeds) -> dict[str, np.ndarray]:
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
 def _close(got: dict, want: dict) -> None:
