@@ -6,11 +6,15 @@ A sequence input takes a list of arrays and an optional input None or its value 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import DTypeMismatchError, InputError, ShapeMismatchError
-from .types import OptionalType, SequenceType, TensorType, ValueType, dtype_name
+from .types import OptionalType, SequenceType, TensorType, ValueType, dtype_name, np_dtype
+
+if TYPE_CHECKING:
+    from .graph import Graph
 
 
 def describe_inputs(specs: Sequence[tuple[str, TensorType]]) -> str:
@@ -101,3 +105,26 @@ def _as_array(name: str, raw: object, ttype: TensorType) -> np.ndarray:
     if array.dtype == object and array.ndim == 0 and not isinstance(raw, str):  # None, a dict, any object
         raise InputError(f"input {name!r}: expected an array of {ttype}, got {type(raw).__name__}")
     return array
+
+
+def random_feeds(graph: Graph, seed: int = 0, symbol_size: int = 1) -> dict[str, np.ndarray]:
+    """Fixed-seed feeds for every graph input: floats standard normal, integers in [0, 4), booleans at random;
+    symbolic and unknown dims are ``symbol_size``. Sequence and optional inputs need feeds given."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for node in graph.inputs:
+        t = node.output_types[0]
+        if not isinstance(t, TensorType):
+            raise InputError(f"input {node.name!r} has type {t}: random feeds are tensors only; give feeds "
+                             f"(tlc-opt --feeds FILE.npz)")
+        shape = [d if isinstance(d, int) else symbol_size for d in (t.shape or ())]
+        dtype = np_dtype(t.dtype)
+        if dtype.kind == "b":
+            feeds[node.name] = rng.random(shape) < 0.5
+        elif dtype.kind in "iu":
+            feeds[node.name] = rng.integers(0, 4, shape).astype(dtype)
+        elif dtype.kind in "OSU":
+            feeds[node.name] = np.full(shape, "x", dtype=object)
+        else:  # floats, complex and the ml_dtypes types
+            feeds[node.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds

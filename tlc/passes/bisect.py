@@ -27,9 +27,9 @@ import numpy as np
 
 from .. import reference
 from ..errors import InputError, PassError, TlcError
+from ..ir.feeds import random_feeds
 from ..ir.graph import Graph
 from ..ir.text import save_text
-from ..ir.types import TensorType, np_dtype
 from .base import Pass, PassResult, StopPipeline
 from .instruments import PassInstrument
 from .manager import PassManager, make_manager
@@ -123,7 +123,7 @@ def bisect(graph: Graph, feeds: Mapping[str, Any] | None = None, opt_level: int 
         raise InputError(f"bisect rtol must be a number in [0, 1), got {rtol!r}")
     if manager is None:
         manager = make_manager(opt_level, passes, **options)
-    feeds = dict(random_feeds(graph) if feeds is None else feeds)
+    feeds = dict(random_feeds(graph, symbol_size=SYMBOL_SIZE) if feeds is None else feeds)
     expected = _run(graph, feeds)
     if isinstance(expected, str):
         raise InputError(f"the reference executor cannot run the input graph on these feeds: {expected}")
@@ -142,29 +142,6 @@ def bisect(graph: Graph, feeds: Mapping[str, Any] | None = None, opt_level: int 
     if reproducer_dir is not None:
         write_reproducers(result, reproducer_dir)
     return result
-
-
-def random_feeds(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Fixed-seed feeds for every graph input: floats standard normal, integers in [0, 4), booleans at random;
-    symbolic and unknown dims are ``SYMBOL_SIZE``. Sequence and optional inputs need feeds given."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for node in graph.inputs:
-        t = node.output_types[0]
-        if not isinstance(t, TensorType):
-            raise InputError(f"input {node.name!r} has type {t}: random feeds are tensors only; give feeds "
-                             f"(tlc-opt --feeds FILE.npz)")
-        shape = [d if isinstance(d, int) else SYMBOL_SIZE for d in (t.shape or ())]
-        dtype = np_dtype(t.dtype)
-        if dtype.kind == "b":
-            feeds[node.name] = rng.random(shape) < 0.5
-        elif dtype.kind in "iu":
-            feeds[node.name] = rng.integers(0, 4, shape).astype(dtype)
-        elif dtype.kind in "OSU":
-            feeds[node.name] = np.full(shape, "x", dtype=object)
-        else:  # floats, complex and the ml_dtypes types
-            feeds[node.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
 
 
 def load_feeds(path: str | os.PathLike) -> dict[str, np.ndarray]:

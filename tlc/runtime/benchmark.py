@@ -14,29 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import reference
+from ..ir.feeds import random_feeds  # noqa: F401  (tlc-opt --bench takes it from here)
 from ..ir.graph import Graph
-from ..ir.types import np_dtype
 
 Runner = Callable[[Mapping[str, np.ndarray]], list[np.ndarray]]
-
-
-def random_feeds(graph: Graph, seed: int = 0, symbol_size: int = 1) -> dict[str, np.ndarray]:
-    """Random inputs for ``graph``'s declared inputs; symbolic and unknown dims get ``symbol_size``."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for node in graph.inputs:
-        t = node.output_types[0]
-        shape = [d if isinstance(d, int) else symbol_size for d in (t.shape or ())]
-        dtype = np_dtype(t.dtype)
-        if dtype.kind == "f":
-            feeds[node.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind == "b":
-            feeds[node.name] = rng.random(shape) < 0.5
-        elif dtype.kind in "iu":
-            feeds[node.name] = rng.integers(0, 4, shape).astype(dtype)
-        else:
-            feeds[node.name] = np.full(shape, "x", dtype=object)
-    return feeds
 
 
 @dataclass
