@@ -98,6 +98,10 @@ def test_conv_bad_attribute_lengths_are_named():
         g.add_node("Conv", [x, w], strides=[2])
     with pytest.raises(tlc.ShapeInferenceError, match="auto_pad 'SAME'"):
         g.add_node("Conv", [x, w], auto_pad="SAME")
+    # both: ONNX forbids it, and onnxruntime pools by the pads where the spec's SAME formula ignores them
+    with pytest.raises(tlc.ShapeInferenceError, match=r"pads \[0, 1, 0, 0\] cannot be used with auto_pad"):
+        g.add_node("MaxPool", [x], auto_pad="SAME_LOWER", kernel_shape=[2, 2], pads=[0, 1, 0, 0])
+    g.add_node("AveragePool", [x], auto_pad="VALID", kernel_shape=[2, 2], pads=[0, 0, 0, 0])   # zeros are fine
 
 
 CONV_T_CASES = {

@@ -146,6 +146,10 @@ def test_cumsum_exclusive_reverse():
     assert y.tolist() == [[5, 3, 0], [11, 6, 0]] and y.dtype == np.int32
     (y,) = _run("CumProd", [x, np.array(0, np.int32)], exclusive=1)
     assert y.tolist() == [[1, 1, 1], [1, 2, 3]]
+    # an axis fed at run time out of range is an error, not a wrap (fuzz seed 600441: CumProd over Shape's [6] on
+    # a rank-2 input ran as axis 0, and constant folding then refused the graph the reference had run)
+    with pytest.raises(tlc.errors.ShapeInferenceError, match="axis 6 is out of range for rank 2"):
+        _run("CumProd", [x, np.array([6], np.int64)])
 
 
 def test_slice_negative_steps_and_clamping():

@@ -142,11 +142,29 @@ def _cast_infer(ctx: InferContext) -> list[TensorType]:
 
 CAST_ATTRS = {"saturate": Attr("int", 1), "round_mode": Attr("string", "up")}
 
+
+def float_to_int_undefined(x: np.ndarray, dtype: str) -> str | None:
+    """Why a cast of float ``x`` to integer ``dtype`` is undefined (ONNX: "fixed point: undefined if OOR"):
+    NaN, an infinity or a value outside the type's range after truncation; None when it is defined."""
+    if dtype not in _INT_RANGES or x.dtype == object or not dtype_name(x.dtype).startswith(("float", "bfloat")):
+        return None
+    lo, hi = _INT_RANGES[dtype]
+    with np.errstate(all="ignore"):
+        t = np.trunc(x.astype(np.float64))
+        bad = ~np.isfinite(t) | (t < lo) | (t >= hi)
+    return f"{int(bad.sum())} value(s) NaN, infinite or out of {dtype}'s range" if bad.any() else None
+
+
+#: [min, max + 1) of each integer type, as float64 (exact: powers of two)
+_INT_RANGES = {d: (float(np.iinfo(d).min), float(np.iinfo(d).max) + 1.0)
+               for d in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")}
+
 register(OpDef(name="Cast", ml_dtypes=True,
                infer=_cast_infer, traits=EW, attrs={"to": Attr("int", REQUIRED), **CAST_ATTRS},
                reference=lambda x, *, to, saturate, round_mode: cast_array(x, dtype_of_onnx_code(to), bool(saturate),
                                                                            round_mode),
                expr=lambda x, *, to, saturate, round_mode: E.cast(x, dtype_of_onnx_code(to)),
+               undefined_at=lambda inputs, attrs: float_to_int_undefined(inputs[0], dtype_of_onnx_code(attrs["to"])),
                doc="element type conversion; saturate and round_mode apply to float8 targets"))
 
 
@@ -161,6 +179,8 @@ def _castlike(x: np.ndarray, like: np.ndarray, *, saturate: int, round_mode: str
 
 register(OpDef(name="CastLike", ml_dtypes=True, infer=_castlike_infer, inputs=(2, 2), attrs=dict(CAST_ATTRS),
                traits=frozenset({Trait.PURE, Trait.FOLDABLE}), reference=_castlike,
+               undefined_at=lambda inputs, attrs: None if inputs[1].dtype == object else
+               float_to_int_undefined(inputs[0], dtype_name(inputs[1].dtype)),
                doc="Cast to the element type of the second input"))
 
 
@@ -222,6 +242,17 @@ def _bitcast(x: np.ndarray, *, to: int) -> np.ndarray:
     return _from_bits(np.require(_bits(np.require(x, requirements="C")), requirements="C"), dtype_of_onnx_code(to))
 
 
+def _nan_payload(inputs, attrs) -> str | None:
+    """A NaN's bits are not specified (IEEE 754 leaves the payload and sign of a computed NaN to the hardware)."""
+    x = inputs[0]
+    if x.dtype != object and dtype_name(x.dtype).startswith(("float", "bfloat")) and x.size:
+        with np.errstate(all="ignore"):
+            if np.isnan(x.astype(np.float32)).any():
+                return "the bits of a NaN (its sign and payload are not specified)"
+    return None
+
+
 register(OpDef(name="BitCast", ml_dtypes=True,
                infer=_bitcast_infer, attrs={"to": Attr("int", REQUIRED)}, reference=_bitcast,
+               undefined_at=_nan_payload,
                doc="reinterpret the bits of each element as another type of the same width"))

@@ -230,8 +230,17 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
     return y, np.array(scale, np.float32), np.array(zero, np.uint8)
 
 
+def _zero_range(inputs, attrs) -> str | None:
+    """ONNX's formula gives an input of zero range (all zeros) y_scale 0 and the zero point 0 / 0; implementations
+    pick a scale (onnxruntime 1, ONNX's reference evaluator 1/255, tlc 0)."""
+    x = inputs[0]
+    if x.size == 0 or (min(0.0, float(np.nanmin(x))) == 0.0 and max(0.0, float(np.nanmax(x))) == 0.0):
+        return "an input of zero range (the scale is 0 and the zero point 0 / 0)"
+    return None
+
+
 register(OpDef(name="DynamicQuantizeLinear", ml_dtypes=True,
-               infer=_dynamic_infer, reference=dynamic_quantize_linear, outputs=3,
+               infer=_dynamic_infer, reference=dynamic_quantize_linear, outputs=3, undefined_at=_zero_range,
                doc="uint8 quantization with a scale and zero point computed from the input's range"))
 
 

@@ -49,8 +49,15 @@ def _topk(x, k, *, axis, largest, sorted):  # noqa: A002 - ONNX's attribute name
     return [np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)]
 
 
+def _unsorted_order(inputs, attrs) -> str | None:
+    """With ``sorted = 0`` ONNX does not say in which order the K elements come (tlc sorts them anyway)."""
+    k = int(np.asarray(inputs[1]).ravel()[0]) if inputs[1] is not None and np.asarray(inputs[1]).size else 0
+    return "the order of unsorted TopK outputs" if attrs.get("sorted") == 0 and k > 1 else None
+
+
 register(OpDef(name="TopK", infer=_topk_infer, reference=_topk, inputs=(2, 2), outputs=2,
                attrs={"axis": Attr("int", -1), "largest": Attr("int", 1), "sorted": Attr("int", 1)}, traits=PURE,
+               undefined_at=_unsorted_order,
                cost=4, doc="The K largest (or smallest) values along `axis` and their int64 indices; ties keep the "
                            "lower index."))
 
@@ -104,7 +111,7 @@ def _scan_infer(ctx: InferContext) -> list[TensorType]:
 
 def _scan(fn, identity: int):
     def ref(x, axis, *, exclusive, reverse):
-        a = int(np.asarray(axis).ravel()[0]) % x.ndim
+        a = normalize_axis(int(np.asarray(axis).ravel()[0]), x.ndim)   # (out of range: an error, not a wrap)
         y = np.flip(x, a) if reverse else x
         out = fn(y, axis=a, dtype=x.dtype)
         if exclusive:

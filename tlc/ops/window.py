@@ -109,6 +109,11 @@ def make_window(attrs: dict[str, Any], kernel: Sequence[int], ceil_mode: bool = 
 
     if any(k < 1 for k in kernel):
         raise ValueError(f"kernel sizes {list(kernel)} must be >= 1")
+    if auto_pad != "NOTSET" and any(attrs.get("pads") or ()):
+        # ONNX: pads "cannot be used simultaneously with auto_pad"; onnxruntime and ONNX's shape inference then
+        # use the pads, the spec's formula ignores them (fuzz seeds 600072, 600464, 600571, 601114)
+        raise ValueError(f"pads {list(attrs['pads'])} cannot be used with auto_pad {auto_pad}: ONNX takes one or "
+                         f"the other")
     return Window(tuple(int(k) for k in kernel), ints("strides", 1, rank, 1), ints("dilations", 1, rank, 1),
                   ints("pads", 0, 2 * rank, 0), auto_pad, bool(ceil_mode))
 

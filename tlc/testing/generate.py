@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import TlcError
 from ..ir.graph import DEFAULT_OPSET, Graph, Node, Value, op_resolver
 from ..ir.types import ONNX_TYPE_CODES, TensorType, np_dtype
-from ..ops.registry import OpDef, Trait, all_ops
+from ..ops.registry import OpDef, Trait, all_ops, lookup
 from ..reference import Interpreter
 from .hints import draw_attr, int_hint
 
@@ -394,6 +394,10 @@ class GraphBuilder:
                 outs = Interpreter(self.g).run_node(node, arrays)
         except (TlcError, RecursionError, MemoryError) as exc:
             raise _Refused(str(exc)) from None
+        opdef = lookup(node.op, node.domain)
+        why = opdef.undefined_at(arrays, opdef.resolved_attrs(node)) if opdef and opdef.undefined_at else None
+        if why:   # ONNX leaves the outputs undefined here: no oracle can judge them
+            raise _Refused(f"undefined: {why}")
         with np.errstate(all="ignore"):
             again = Interpreter(self.g).run_node(node, arrays)
         if any(not _same(a, b) for a, b in zip(outs, again)):  # random (Dropout in training mode): no oracle

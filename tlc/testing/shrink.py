@@ -170,6 +170,8 @@ def load_reproducer(path: str | Path) -> tuple[Graph, dict[str, np.ndarray], dic
 
     path = Path(path)
     graph = load_text(path)
+    graph.infer_missing_types()
+    graph.verify()   # as a user would: a file whose declared types inference now refuses is no graph to replay
     with np.load(path.with_suffix(".npz"), allow_pickle=False) as data:
         feeds = {k: data[k] for k in data.files}
     record = json.loads(path.with_suffix(".json").read_text())
