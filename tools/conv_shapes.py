@@ -55,6 +55,9 @@ def ort_session(x, w, b, k, s, group, threads):
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
+#: ``--algo`` choices: tlc.kernels.conv's algorithms, PANEL in either orientation
+K_ALGOS = ("gemm", "direct", "depthwise", "winograd", "panel", "panel-positions", "panel-channels")
+
 #: seconds between contenders' blocks: onnxruntime's and Numba's pools spin ~0.13 s after a call
 PAUSE_S = 0.2
 
@@ -77,8 +80,9 @@ def interleaved(contenders: dict, rounds: int) -> dict:
     return {name: np.asarray(t) for name, t in times.items()}
 
 
-def row(shape: str, threads: int, batch: int, rounds: int) -> str:
-    """One table row: the shape's conv in tlc's kernel and in onnxruntime at ``threads`` threads."""
+def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = None) -> str:
+    """One table row: the shape's conv in tlc's kernel (``algo``: the cost model's unless named) and in
+    onnxruntime at ``threads`` threads."""
     import numba
 
     from tlc.kernels import conv as K
@@ -90,7 +94,15 @@ def row(shape: str, threads: int, batch: int, rounds: int) -> str:
     b = rng.standard_normal(m).astype(np.float32)
     numba.set_num_threads(threads)
     geo = K.conv_geometry(x.shape, w.shape, (batch, m, ho, ho), (s, s), (k // 2, k // 2), (1, 1), group)
-    col_size, nparts, nprep = K.plan_conv(geo, threads)
+    lanes = None
+    if algo and algo.startswith("panel-"):
+        algo, lanes = "panel", (K.LANES_POSITIONS if algo == "panel-positions" else K.LANES_CHANNELS)
+    if algo is None:   # the plan's choice (runtime/native.py): PANEL among the candidates on hosts that run it
+        from tlc.kernels import panel
+        pick = K.choose(geo, panels=panel.fast())
+    else:
+        pick = K.ALGO_NAMES.index(algo)
+    col_size, nparts, nprep = K.plan_conv(geo, threads, algo=pick, lanes=lanes)
     vector = K.use_vector_depthwise(geo, np.float32)    # as the plan does (runtime/native.py)
     packed = K.pack_weights(w, geo)
     out = np.empty((batch, m, ho, ho), np.float32)
@@ -100,7 +112,8 @@ def row(shape: str, threads: int, batch: int, rounds: int) -> str:
                          "ort": lambda: session.run(None, {"x": x})}, rounds)
     err = float(np.abs(out - session.run(None, {"x": x})[0]).max())
     t, o = times["tlc"], times["ort"]
-    algo = K.ALGO_NAMES[geo[K.ALGO]] + (" (vector)" if vector else "")
+    algo = K.ALGO_NAMES[geo[K.ALGO]] + (" (vector)" if vector else "") + \
+        ((" (channels)" if geo[K.KIND] == K.LANES_CHANNELS else " (positions)") if geo[K.ALGO] == K.PANEL else "")
     return (f"| {shape} | {threads} | {algo}, {nparts} | {np.median(t):.0f} "
             f"[{t.min():.0f}-{t.max():.0f}] | {np.median(o):.0f} [{o.min():.0f}-{o.max():.0f}] | "
             f"x{np.median(t) / np.median(o):.2f} | {err:.1e} |")
@@ -112,6 +125,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of 10 calls each")
+    parser.add_argument("--algo", nargs="+", default=["auto"], choices=["auto", *K_ALGOS],
+                        help="algorithms to time (auto: the cost model's choice)")
     args = parser.parse_args(argv)
     from tlc.kernels import blas
     blas.set_threads(1)
@@ -120,7 +135,8 @@ def main(argv=None) -> int:
     for shape in args.shapes:
         parse(shape)
         for threads in args.threads:
-            print(row(shape, threads, args.batch, args.rounds), flush=True)
+            for algo in args.algo:
+                print(row(shape, threads, args.batch, args.rounds, None if algo == "auto" else algo), flush=True)
     return 0
 
 

@@ -123,6 +123,10 @@ WINO_PAD = 48
 #: lanes), 144 x 24 x 3136 53 against 46, 96 x 16 x 12544 48 against 41 (positions in lanes)
 PANEL_MACS_PER_S = 1.15 * BLAS_MACS_PER_S
 PANEL_SCATTER_K = 24
+#: a gathered PANEL conv deeper than this (K = C x kh x kw), or gathering more elements than the next, runs
+#: LANES_CHANNELS (``panel_lanes``)
+PANEL_GATHER_DEEP = 64
+PANEL_GATHER_SMALL = 1 << 19
 #: PANEL gathers the batch's whole im2col matrix (K x positions per image) up to this many elements
 PANEL_COL_MAX = 1 << 22
 #: work worth a parallel region (one costs ~5-10 us on this VM; a BLAS product's threshold is the same ~20 us)
@@ -247,14 +251,19 @@ def use_vector_depthwise(geo: np.ndarray, dtype) -> bool:
 def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
     """PANEL's orientation for this shape (LANES_POSITIONS or LANES_CHANNELS) and the fraction of the kernel's
     full rate it runs at: the share of its lanes that hold outputs (the last panel of 32 is masked), less the
-    scattered stores of LANES_CHANNELS, and a tile's rows (of 6) where there are fewer. A gathered conv takes
-    LANES_CHANNELS: with the positions in lanes, each k-step of a panel reads a row of the im2col matrix a page
-    or more from the last (a 7x7 3 -> 64 conv at 224x224, stride 2: 4.3 ms against 3.3 with the channels)."""
+    scattered stores of LANES_CHANNELS, and a tile's rows (of 6) where there are fewer. A gathered conv deeper
+    than ``PANEL_GATHER_DEEP`` takes LANES_CHANNELS: with the positions in lanes, each k-step of a panel reads a
+    row of the im2col matrix a page or more from the last, and many such streams thrash (a 7x7 3 -> 64 conv at
+    224x224, stride 2, K = 147: 3.44 ms against 3.21 with the channels); so does one that gathers more than
+    ``PANEL_GATHER_SMALL`` elements. A shallow, small one keeps the fractions' choice (MobileNetV2's 3x3 3 -> 32
+    stem at 224x224, stride 2, K = 27: 311 us against 514 with the channels, 363 in the direct kernel; 3 -> 16
+    at 64x64: 58 against 239; the stem at batch 8, 2.7 M elements gathered: 6.2 ms against 3.6 direct)."""
     hw, m = int(geo[HO] * geo[WO]), int(geo[M])
     k = int(geo[C] * geo[KH] * geo[KW])
     positions = hw / (panel.PANEL * -(-hw // panel.PANEL)) * min(1.0, m / panel.TILE)
     channels = m / (panel.PANEL * -(-m // panel.PANEL)) * k / (k + PANEL_SCATTER_K) * min(1.0, hw / panel.TILE)
-    if channels > positions or not is_pointwise(geo):
+    gathered = 0 if is_pointwise(geo) else int(geo[N]) * k * hw
+    if channels > positions or gathered and (k > PANEL_GATHER_DEEP or gathered > PANEL_GATHER_SMALL):
         return LANES_CHANNELS, channels
     return LANES_POSITIONS, positions
 
