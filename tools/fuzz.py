@@ -195,17 +195,20 @@ def main(argv: list[str] | None = None) -> int:
     campaign = Campaign(Path(args.out), do_shrink=not args.no_shrink)
     tty = sys.stderr.isatty()
     i = 0
-    while (limit is None or i < limit) and (deadline is None or time.monotonic() < deadline):
-        oracles = chosen
-        if args.rotate_plans:
-            keep = set(plan_oracles(rotate=i))
-            oracles = tuple(o for o in chosen if o not in PLAN_ORACLES or o in keep)
-        campaign.run_one(args.seed + i, oracles)
-        i += 1
-        if tty:
-            print("\r" + campaign.progress(), end="", file=sys.stderr, flush=True)
-        elif i % 25 == 0:
-            print(campaign.progress(), file=sys.stderr, flush=True)
+    try:
+        while (limit is None or i < limit) and (deadline is None or time.monotonic() < deadline):
+            oracles = chosen
+            if args.rotate_plans:
+                keep = set(plan_oracles(rotate=i))
+                oracles = tuple(o for o in chosen if o not in PLAN_ORACLES or o in keep)
+            campaign.run_one(args.seed + i, oracles)
+            i += 1
+            if tty:
+                print("\r" + campaign.progress(), end="", file=sys.stderr, flush=True)
+            elif i % 25 == 0:
+                print(campaign.progress(), file=sys.stderr, flush=True)
+    except KeyboardInterrupt:   # Ctrl-C ends a campaign early: the graphs checked so far are still reported
+        print(f"\ninterrupted at seed {args.seed + i}: reporting the graphs checked so far", file=sys.stderr)
     summary = campaign.write()
     print(("\n" if tty else "") + campaign.progress(), file=sys.stderr)
     print(f"report: {Path(args.out) / 'report.md'}; {len(campaign.disagreements)} unique disagreements, "

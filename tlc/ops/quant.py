@@ -232,9 +232,12 @@ def dynamic_quantize_linear(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
 def _zero_range(inputs, attrs) -> str | None:
     """ONNX's formula gives an input of zero range (all zeros) y_scale 0 and the zero point 0 / 0; implementations
-    pick a scale (onnxruntime 1, ONNX's reference evaluator 1/255, tlc 0)."""
+    pick a scale (onnxruntime 1, ONNX's reference evaluator 1/255, tlc 0); nor does it say what NaN does to the
+    range."""
     x = inputs[0]
-    if x.size == 0 or (min(0.0, float(np.nanmin(x))) == 0.0 and max(0.0, float(np.nanmax(x))) == 0.0):
+    if x.size and np.isnan(x).any():
+        return "NaN in the input (its range is not defined)"
+    if x.size == 0 or (min(0.0, float(x.min())) == 0.0 and max(0.0, float(x.max())) == 0.0):
         return "an input of zero range (the scale is 0 and the zero point 0 / 0)"
     return None
 
