@@ -11,7 +11,10 @@ A disagreement is shrunk (greedy node deletion keeping it) and written as a repr
 counted once. A compiled plan's disagreement is blamed on the first pass step that changes the reference's
 outputs (``tlc.passes.bisect``), or else on the kernels and runtime. A progress line goes to stderr; the report
 counts graphs, nodes, ops exercised, op-pair coverage (producer -> consumer), outcomes per oracle, unstable
-outputs, and the generator's own findings (an op whose shape inference and reference disagree).
+outputs, and the generator's own findings (an op whose shape inference and reference disagree). A process keeps
+every kernel it compiled (~2.5 MB a graph with every oracle), so a campaign longer than ``--chunk`` graphs runs
+as a series of child processes, each handing its counts on to the next in ``<out>/state.json``; Ctrl-C reports
+the graphs checked so far.
 """
 
 from __future__ import annotations
@@ -117,6 +120,33 @@ class Campaign:
                                    "max_error": repro.max_error, "detail": str(outcome)[:600],
                                    "signature": signature, "blame": blame})
 
+    # ------------------------------------------------------------------ state (campaigns run in chunks)
+    def save_state(self, path: Path) -> None:
+        """Everything counted so far, as JSON: a campaign in chunks hands it from one child process to the next."""
+        state = {"graphs": self.graphs, "nodes": self.nodes, "ops": dict(self.ops),
+                 "pairs": [[a, b, n] for (a, b), n in self.pairs.items()],
+                 "outcomes": {k: dict(v) for k, v in self.outcomes.items()},
+                 "not_applicable": dict(self.not_applicable), "disagreements": self.disagreements,
+                 "signatures": dict(self.signatures), "findings": self.findings,
+                 "nondeterministic": dict(self.nondeterministic), "unstable": self.unstable,
+                 "jit_fallbacks": self.jit_fallbacks, "refused": self.refused,
+                 "seconds": time.monotonic() - self.start}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(path)
+
+    def load_state(self, path: Path) -> None:
+        state = json.loads(path.read_text())
+        self.graphs, self.nodes = state["graphs"], state["nodes"]
+        self.ops = Counter(state["ops"])
+        self.pairs = Counter({(a, b): n for a, b, n in state["pairs"]})
+        self.outcomes = defaultdict(Counter, {k: Counter(v) for k, v in state["outcomes"].items()})
+        self.not_applicable = Counter(state["not_applicable"])
+        self.disagreements, self.signatures = state["disagreements"], Counter(state["signatures"])
+        self.findings, self.nondeterministic = state["findings"], Counter(state["nondeterministic"])
+        self.unstable, self.jit_fallbacks, self.refused = state["unstable"], state["jit_fallbacks"], state["refused"]
+        self.start = time.monotonic() - state["seconds"]
+
     # ------------------------------------------------------------------ output
     def progress(self) -> str:
         minutes, seconds = divmod(int(time.monotonic() - self.start), 60)
@@ -184,6 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rotate-plans", action="store_true",
                         help="one plan variant (jit, threads) per opt level per graph, round robin")
     parser.add_argument("--no-shrink", action="store_true", help="save disagreements as generated")
+    parser.add_argument("--chunk", type=int, default=500,
+                        help="graphs per child process (0: all in this one); a process keeps every kernel it "
+                             "compiled, ~2.5 MB a graph, so long campaigns run in chunks")
+    parser.add_argument("--state", default=None, help=argparse.SUPPRESS)   # a chunk's hand-over file
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     limit = args.graphs if args.graphs is not None else (None if args.minutes else 100)
@@ -192,7 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - set(ORACLES)
     if unknown:
         parser.error(f"unknown oracle(s) {', '.join(sorted(unknown))}; known: {', '.join(ORACLES)}")
+    if args.chunk and (limit is None or limit > args.chunk):
+        return run_in_chunks(args, argv if argv is not None else sys.argv[1:], limit, deadline)
     campaign = Campaign(Path(args.out), do_shrink=not args.no_shrink)
+    state = Path(args.state) if args.state else None
+    if state is not None and state.exists():
+        campaign.load_state(state)
     tty = sys.stderr.isatty()
     i = 0
     try:
@@ -209,11 +248,65 @@ def main(argv: list[str] | None = None) -> int:
                 print(campaign.progress(), file=sys.stderr, flush=True)
     except KeyboardInterrupt:   # Ctrl-C ends a campaign early: the graphs checked so far are still reported
         print(f"\ninterrupted at seed {args.seed + i}: reporting the graphs checked so far", file=sys.stderr)
+        if state is not None:
+            campaign.save_state(state)
+            raise
+    if state is not None:       # a chunk: the parent reports
+        campaign.save_state(state)
+        return 0
     summary = campaign.write()
     print(("\n" if tty else "") + campaign.progress(), file=sys.stderr)
     print(f"report: {Path(args.out) / 'report.md'}; {len(campaign.disagreements)} unique disagreements, "
           f"{len(campaign.findings)} generator findings", file=sys.stderr)
     return 1 if summary["disagreements"] or summary["generator_findings"] else 0
+
+
+def run_in_chunks(args, argv: list[str], limit: int | None, deadline: float | None) -> int:
+    """The campaign as a series of child processes of ``--chunk`` graphs each (seeds in order), each taking the
+    counts so far from a state file and handing them on; then one report, as from one process."""
+    import subprocess
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = out / "state.json"
+    state.unlink(missing_ok=True)
+    done = 0
+    try:
+        while (limit is None or done < limit) and (deadline is None or time.monotonic() < deadline):
+            n = args.chunk if limit is None else min(args.chunk, limit - done)
+            child = [sys.executable, __file__, *_without(argv, ("--graphs", "--seed", "--minutes", "--chunk")),
+                     "--graphs", str(n), "--seed", str(args.seed + done), "--chunk", "0", "--state", str(state)]
+            if deadline is not None:
+                child += ["--minutes", f"{max(0.0, deadline - time.monotonic()) / 60:.4f}"]
+            status = subprocess.run(child).returncode
+            if status != 0:
+                print(f"chunk at seed {args.seed + done} exited {status}: reporting what it handed on",
+                      file=sys.stderr)
+                break
+            done = json.loads(state.read_text())["graphs"]
+    except KeyboardInterrupt:
+        print("\ninterrupted: reporting the graphs checked so far", file=sys.stderr)
+    campaign = Campaign(out, do_shrink=not args.no_shrink)
+    if state.exists():
+        campaign.load_state(state)
+    summary = campaign.write()
+    print(campaign.progress(), file=sys.stderr)
+    print(f"report: {out / 'report.md'}; {len(campaign.disagreements)} unique disagreements, "
+          f"{len(campaign.findings)} generator findings", file=sys.stderr)
+    return 1 if summary["disagreements"] or summary["generator_findings"] else 0
+
+
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """``argv`` less the given options and their values (``--opt value`` or ``--opt=value``)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not arg.startswith(tuple(f"{o}=" for o in options)):
+            kept.append(arg)
+    return kept
 
 
 if __name__ == "__main__":
