@@ -205,6 +205,9 @@ F, I64 = np.float32, np.int64
 #: "raises" = the reference refuses them (where inference cannot see them: an unknown rank), "agree" = the
 #: reference's output has the inferred type. Each was a finding: inference and reference disagreed.
 OP_FINDINGS = [
+    ("reverse-sequence-rank-1", "ReverseSequence", [np.ones(2, F), np.array([1], I64)],
+     {"batch_axis": 0, "time_axis": 0}, "raises"),
+    ("reverse-sequence-long", "ReverseSequence", [np.ones((2, 3), F), np.array([4, 1, 1], I64)], {}, "raises"),
     ("col2im-zero-block", "Col2Im", [np.ones((1, 4, 4), F), np.array([3, 3], I64), np.array([0, 2], I64)], {},
      "refused"),
     ("gather-elements-shorter", "GatherElements", [np.ones((3, 3), F), np.zeros((1, 1), I64)], {"axis": -2},

@@ -372,6 +372,17 @@ def _reverse_sequence_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _reverse_sequence(x, sequence_lens, *, batch_axis, time_axis):
+    # the checks inference makes where it knows the rank (a symbolic one reaches here unchecked: fuzz seed
+    # 700434 ran a rank-1 input with both axes 0), and onnxruntime's on the lengths
+    if x.ndim < 2 or {batch_axis, time_axis} != {0, 1}:
+        raise ValueError(f"ReverseSequence takes rank >= 2 and batch_axis, time_axis 0 and 1 in some order, got "
+                         f"rank {x.ndim}, batch_axis {batch_axis}, time_axis {time_axis}")
+    if sequence_lens.shape != (x.shape[batch_axis],):
+        raise ValueError(f"sequence_lens has shape {list(sequence_lens.shape)}, expected [{x.shape[batch_axis]}] "
+                         f"(the batch axis)")
+    if ((sequence_lens < 0) | (sequence_lens > x.shape[time_axis])).any():
+        raise ValueError(f"sequence_lens {sequence_lens.tolist()} must lie in [0, {x.shape[time_axis]}] (the "
+                         f"time axis)")
     out = x.copy()
     for b, length in enumerate(int(v) for v in sequence_lens.ravel()):
         index = [slice(None)] * x.ndim
