@@ -113,6 +113,10 @@ def test_compare_is_exact_on_integers_nan_aware_and_scaled_on_floats():
     assert compare({"f": want["f"], "i": np.array([1, 3], np.int64)}, want)                       # off by one
     assert not compare({"f": want["f"], "i": np.array([1, 3], np.int64)}, want, spread={"i": 1.0})  # unstable
     assert compare({"f": want["f"][:2], "i": want["i"]}, want)                                    # shape
+    # an output that rounding noise moves as far as its own size is noise, NaN or not; a bit less, it is judged
+    noisy = {"m": np.array([-0.98, 0.0, 0.98], np.float32)}
+    assert not compare({"m": np.array([-1.0, np.nan, 1.0], np.float32)}, noisy, spread={"m": 2.5})
+    assert compare({"m": np.array([-1.0, np.nan, 1.0], np.float32)}, noisy, spread={"m": 0.5})
 
 
 # ---------------------------------------------------------------------------- oracles on random graphs

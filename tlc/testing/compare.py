@@ -146,7 +146,8 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *, ex
             spread: Mapping[str, float] | None = None, scale: float = 1.0, min_rtol: float = 0.0) -> list[Mismatch]:
     """The outputs of ``got`` that differ from ``want`` beyond their tolerance: bit for bit when ``exact``,
     else dtype-aware (``RTOL`` of the larger of the output's and the inputs' ``scale``, at least ``min_rtol``),
-    widened to ``SPREAD_FACTOR`` times the ``spread`` ``sensitivity`` measured for unstable outputs."""
+    widened to ``SPREAD_FACTOR`` times the ``spread`` ``sensitivity`` measured for unstable outputs; an output
+    that the noise moves by as much as its largest value is not judged at all."""
     mismatches = []
     if list(got) != list(want):
         return [Mismatch("*", np.inf, 0.0, f"outputs {list(got)}, expected {list(want)}")]
@@ -164,8 +165,13 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *, ex
                 mismatches.append(Mismatch(name, max(error, np.finfo(np.float64).tiny), 0.0,
                                            f"not bit for bit: {detail}"))
             continue
-        error, tol, detail = _error(g, w, scale, min_rtol)
         unstable = (spread or {}).get(name, 0.0)
+        if unstable and w.dtype.kind in "fc" and unstable >= _magnitude(w):
+            # rounding noise moves this output as far as its own size: noise decides it, NaN or not (MVN over a
+            # slice equal up to the last bits: ONNX's E[x^2] - E[x]^2 gives onnxruntime NaN where tlc's stable
+            # variance gives +-0.98; fuzz seed 700200)
+            continue
+        error, tol, detail = _error(g, w, scale, min_rtol)
         if unstable:
             tol = max(tol, SPREAD_FACTOR * unstable)
         if error > tol:
