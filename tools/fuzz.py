@@ -13,8 +13,8 @@ outputs (``tlc.passes.bisect``), or else on the kernels and runtime. A progress 
 counts graphs, nodes, ops exercised, op-pair coverage (producer -> consumer), outcomes per oracle, unstable
 outputs, and the generator's own findings (an op whose shape inference and reference disagree). A process keeps
 every kernel it compiled (~2.5 MB a graph with every oracle), so a campaign longer than ``--chunk`` graphs runs
-as a series of child processes, each handing its counts on to the next in ``<out>/state.json``; Ctrl-C reports
-the graphs checked so far.
+as child processes, each handing its counts on to the next of its chain in ``<out>/state-<j>.json``; ``--jobs``
+chains run side by side. Ctrl-C reports the graphs checked so far.
 """
 
 from __future__ import annotations
@@ -136,16 +136,27 @@ class Campaign:
         tmp.replace(path)
 
     def load_state(self, path: Path) -> None:
+        """Add the counts a chunk saved in ``path`` to this campaign's (chains of chunks run side by side merge
+        so: disagreements already seen under the same signature are counted, not listed again)."""
         state = json.loads(path.read_text())
-        self.graphs, self.nodes = state["graphs"], state["nodes"]
-        self.ops = Counter(state["ops"])
-        self.pairs = Counter({(a, b): n for a, b, n in state["pairs"]})
-        self.outcomes = defaultdict(Counter, {k: Counter(v) for k, v in state["outcomes"].items()})
-        self.not_applicable = Counter(state["not_applicable"])
-        self.disagreements, self.signatures = state["disagreements"], Counter(state["signatures"])
-        self.findings, self.nondeterministic = state["findings"], Counter(state["nondeterministic"])
-        self.unstable, self.jit_fallbacks, self.refused = state["unstable"], state["jit_fallbacks"], state["refused"]
-        self.start = time.monotonic() - state["seconds"]
+        self.graphs += state["graphs"]
+        self.nodes += state["nodes"]
+        self.ops.update(state["ops"])
+        self.pairs.update({(a, b): n for a, b, n in state["pairs"]})
+        for oracle, counts in state["outcomes"].items():
+            self.outcomes[oracle].update(counts)
+        self.not_applicable.update(state["not_applicable"])
+        for d in state["disagreements"]:
+            if d["signature"] not in self.signatures:
+                self.disagreements.append(d)
+        self.signatures.update(state["signatures"])
+        for finding, seed in state["findings"].items():
+            self.findings.setdefault(finding, seed)
+        self.nondeterministic.update(state["nondeterministic"])
+        self.unstable += state["unstable"]
+        self.jit_fallbacks += state["jit_fallbacks"]
+        self.refused += state["refused"]
+        self.start = min(self.start, time.monotonic() - state["seconds"])
 
     # ------------------------------------------------------------------ output
     def progress(self) -> str:
@@ -217,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=500,
                         help="graphs per child process (0: all in this one); a process keeps every kernel it "
                              "compiled, ~2.5 MB a graph, so long campaigns run in chunks")
+    parser.add_argument("--jobs", type=int, default=1, help="chains of chunks run side by side (processes)")
     parser.add_argument("--state", default=None, help=argparse.SUPPRESS)   # a chunk's hand-over file
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -226,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - set(ORACLES)
     if unknown:
         parser.error(f"unknown oracle(s) {', '.join(sorted(unknown))}; known: {', '.join(ORACLES)}")
-    if args.chunk and (limit is None or limit > args.chunk):
+    if args.chunk and (limit is None or limit > args.chunk or args.jobs > 1):
         return run_in_chunks(args, argv if argv is not None else sys.argv[1:], limit, deadline)
     campaign = Campaign(Path(args.out), do_shrink=not args.no_shrink)
     state = Path(args.state) if args.state else None
@@ -262,33 +274,50 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_in_chunks(args, argv: list[str], limit: int | None, deadline: float | None) -> int:
-    """The campaign as a series of child processes of ``--chunk`` graphs each (seeds in order), each taking the
-    counts so far from a state file and handing them on; then one report, as from one process."""
+    """The campaign as child processes of ``--chunk`` graphs each: chunk c takes the seeds from seed + c * chunk;
+    ``--jobs`` chains of chunks run side by side (chain j the chunks j, j + jobs, ...), each child taking its
+    chain's counts from a state file and handing them on; then the chains' counts merged into one report."""
     import subprocess
+    import threading
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    state = out / "state.json"
-    state.unlink(missing_ok=True)
-    done = 0
-    try:
-        while (limit is None or done < limit) and (deadline is None or time.monotonic() < deadline):
-            n = args.chunk if limit is None else min(args.chunk, limit - done)
-            child = [sys.executable, __file__, *_without(argv, ("--graphs", "--seed", "--minutes", "--chunk")),
-                     "--graphs", str(n), "--seed", str(args.seed + done), "--chunk", "0", "--state", str(state)]
+    jobs = max(1, args.jobs)
+    states = [out / f"state-{j}.json" for j in range(jobs)]
+    for state in states:
+        state.unlink(missing_ok=True)
+    chunks = None if limit is None else -(-limit // args.chunk)
+    base = _without(argv, ("--graphs", "--seed", "--minutes", "--chunk", "--jobs"))
+
+    def chain(j: int) -> None:
+        c = j
+        while (chunks is None or c < chunks) and (deadline is None or time.monotonic() < deadline):
+            n = args.chunk if limit is None else min(args.chunk, limit - c * args.chunk)
+            child = [sys.executable, __file__, *base, "--graphs", str(n), "--seed", str(args.seed + c * args.chunk),
+                     "--chunk", "0", "--state", str(states[j])]
             if deadline is not None:
                 child += ["--minutes", f"{max(0.0, deadline - time.monotonic()) / 60:.4f}"]
             status = subprocess.run(child).returncode
             if status != 0:
-                print(f"chunk at seed {args.seed + done} exited {status}: reporting what it handed on",
-                      file=sys.stderr)
-                break
-            done = json.loads(state.read_text())["graphs"]
-    except KeyboardInterrupt:
+                print(f"chunk at seed {args.seed + c * args.chunk} exited {status}: its chain stops; reporting "
+                      f"what it handed on", file=sys.stderr)
+                return
+            c += jobs
+
+    threads = [threading.Thread(target=chain, args=(j,), daemon=True) for j in range(jobs)]
+    for t in threads:
+        t.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            time.sleep(0.5)
+    except KeyboardInterrupt:   # the children got the signal too: each saves its chain's counts and exits
         print("\ninterrupted: reporting the graphs checked so far", file=sys.stderr)
+        for t in threads:
+            t.join()
     campaign = Campaign(out, do_shrink=not args.no_shrink)
-    if state.exists():
-        campaign.load_state(state)
+    for state in states:
+        if state.exists():
+            campaign.load_state(state)
     summary = campaign.write()
     print(campaign.progress(), file=sys.stderr)
     print(f"report: {out / 'report.md'}; {len(campaign.disagreements)} unique disagreements, "

@@ -41,8 +41,14 @@ def _gather_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(data.dtype, data.shape[:axis] + idx.shape + data.shape[axis + 1:])]
 
 
+def _gather(data: np.ndarray, indices: np.ndarray, *, axis: int) -> np.ndarray:
+    if data.ndim == 0:   # numpy takes from a scalar as from one element (fuzz seed 136, data of unknown rank)
+        raise ValueError("Gather's data must have rank >= 1, got a scalar")
+    return np.take(data, indices.astype(np.int64), axis=normalize_axis(axis, data.ndim))
+
+
 register(OpDef(name="Gather", infer=_gather_infer, inputs=(2, 2), attrs={"axis": Attr("int", 0)}, traits=PURE,
-               reference=lambda data, indices, *, axis: np.take(data, indices.astype(np.int64), axis=axis),
+               reference=_gather,
                doc="Takes the slices at `indices` along `axis` (numpy take)."))
 
 
