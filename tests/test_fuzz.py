@@ -209,6 +209,7 @@ F, I64 = np.float32, np.int64
 #: "raises" = the reference refuses them (where inference cannot see them: an unknown rank), "agree" = the
 #: reference's output has the inferred type. Each was a finding: inference and reference disagreed.
 OP_FINDINGS = [
+    ("pad-pads-not-1d", "Pad", [np.ones((3, 1, 2), F), np.zeros((6, 1, 1), I64)], {}, "refused"),
     ("gather-scalar-data", "Gather", [np.array(3.0, F), np.array([0], I64)], {"axis": 0}, "raises"),
     ("reverse-sequence-rank-1", "ReverseSequence", [np.ones(2, F), np.array([1], I64)],
      {"batch_axis": 0, "time_axis": 0}, "raises"),

@@ -182,6 +182,9 @@ def _pad_infer(ctx: InferContext) -> list[TensorType]:
     t = ctx.type(0)
     if ctx.attrs["mode"] not in PAD_MODES:
         ctx.fail(f"mode {ctx.attrs['mode']!r} is not one of {', '.join(PAD_MODES)}")
+    for port, name in ((1, "pads"), (3, "axes")):   # ONNX: 1-D (a [6, 1, 1] pads was read two ways; seed 700821)
+        if ctx.has_input(port) and ctx.type(port).rank not in (None, 1):
+            ctx.fail(f"{name} must be a 1-D tensor, got {ctx.type(port)}")
     if t.shape is None:
         return [t]
     axes = list(range(t.rank))
@@ -206,6 +209,9 @@ def _pad_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _pad(x, pads, constant_value=None, axes=None, *, mode):
+    if pads.ndim != 1 or (axes is not None and axes.ndim != 1):
+        raise ValueError(f"pads and axes must be 1-D tensors, got shapes {list(pads.shape)} and "
+                         f"{None if axes is None else list(axes.shape)}")
     axes = list(range(x.ndim)) if axes is None else [int(a) % x.ndim for a in axes.ravel()]
     pads = [int(p) for p in pads.ravel()]
     crop, width = [slice(None)] * x.ndim, [(0, 0)] * x.ndim
