@@ -89,6 +89,11 @@ def test_values_onnx_leaves_undefined_are_not_generated():
     assert lookup("BitCast").undefined_at([np.array([1.0, np.nan], np.float32)], {"to": ONNX_TYPE_CODES["int32"]})
     assert lookup("DynamicQuantizeLinear").undefined_at([np.zeros(3, np.float32)], {})
     assert lookup("DynamicQuantizeLinear").undefined_at([np.ones(3, np.float32)], {}) is None
+    assert lookup("MaxPool").undefined_at([np.array([[[1.0, np.nan]]], np.float32)], {})
+    quantize = lookup("QuantizeLinear").undefined_at
+    attrs = {"axis": 1, "block_size": 0, "output_dtype": 0, "saturate": 1, "precision": 0}
+    assert quantize([np.zeros(2, np.float32), np.zeros((), np.float32)], attrs)              # 0 / 0
+    assert quantize([np.ones(2, np.float32), np.ones((), np.float32)], attrs) is None
     opdef = OpDef(name="FuzzUndefined", domain="tlc.test", infer=same_as_input(), reference=lambda x: x,
                   inputs=(1, 1), undefined_at=lambda inputs, attrs: "never defined")
     register(opdef)

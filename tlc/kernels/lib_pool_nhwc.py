@@ -43,7 +43,7 @@ def max_pool(x: np.ndarray, out: np.ndarray, geo: PoolGeometry, work: list[np.nd
     taps = _taps(_padded(x, geo, work, fill), geo)
     np.copyto(out, next(taps))
     for tap in taps:
-        np.maximum(out, tap, out=out)
+        np.copyto(out, tap, where=tap > out)   # NaN counts as a window's first tap only, as in the reference
     return out
 
 

@@ -141,7 +141,18 @@ def lp_pool(x: np.ndarray, *, p: int = 2, **attrs: Any) -> np.ndarray:
 
 
 _CEIL = {"ceil_mode": Attr("int", 0)}
-register(OpDef(name="MaxPool", infer=_pool_infer, reference=max_pool, inputs=(1, 1),
+
+
+def _nan_in_window(inputs, attrs) -> str | None:
+    """ONNX does not say what NaN does to a window's max: tlc counts it as a window's first tap only (the ONNX
+    reference's loop), onnxruntime skips it, numpy's maximum spreads it (fuzz seed 808425)."""
+    x = inputs[0]
+    if x.dtype.kind == "f" and np.isnan(x).any():
+        return "NaN in a max pool's window"
+    return None
+
+
+register(OpDef(name="MaxPool", infer=_pool_infer, reference=max_pool, inputs=(1, 1), undefined_at=_nan_in_window,
                attrs={**window_attrs(kernel_required=True), **_CEIL, "storage_order": Attr("int", 0)},
                traits=POOL_TRAITS, cost=1, doc="Max pooling (NCHW), with the optional Indices output."))
 register(OpDef(name="AveragePool", infer=_pool_infer, reference=average_pool,

@@ -21,7 +21,7 @@ from ..ir.types import ML_FLOAT_DTYPES, Shape, TensorType, dtype_name, dtype_of_
 from .cast import cast_array
 from .conv import conv
 from .infer import broadcast_shapes, normalize_axis
-from .registry import Attr, InferContext, OpDef, register
+from .registry import Attr, InferContext, OpDef, register, widened
 from .window import kernel_from, make_window, window_attrs
 
 INTEGER_RANGES: dict[str, tuple[int, int]] = {
@@ -178,8 +178,27 @@ def quantize_linear(x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray
     return quantize_values(v, zero, out, bool(saturate))
 
 
+def _nan_quotient(inputs, attrs) -> str | None:
+    """x / y_scale NaN (a NaN in x, or 0 / 0) quantized to an integer: ONNX does not say (onnxruntime and ONNX's
+    evaluator give the type's minimum, tlc 0; fuzz seeds 806732, 809146)."""
+    x, scale = inputs[0], inputs[1]
+    zero = inputs[2] if len(inputs) > 2 else None
+    out = dtype_name(zero.dtype) if zero is not None else (
+        dtype_of_onnx_code(attrs["output_dtype"]) if attrs["output_dtype"] else "uint8")
+    if not out.startswith(("int", "uint")):
+        return None   # a float8 output holds NaN
+    try:
+        with np.errstate(all="ignore"):
+            v = widened(x).astype(np.float64) / expand_param(widened(scale), x.shape, attrs["axis"],
+                                                             attrs["block_size"]).astype(np.float64)
+    except Exception:   # shapes the reference refuses anyway
+        return None
+    return "x / y_scale is NaN (a NaN input, or 0 / 0) for an integer output" if np.isnan(v).any() else None
+
+
 register(OpDef(name="QuantizeLinear", ml_dtypes=True, infer=_quantize_infer, reference=quantize_linear, inputs=(2, 3),
                attrs={**QUANT_ATTRS, "saturate": Attr("int", 1), "precision": Attr("int", 0)},
+               undefined_at=_nan_quotient,
                doc="y = saturate(round(x / y_scale) + y_zero_point), per tensor, per axis or blocked"))
 
 

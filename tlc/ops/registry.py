@@ -132,8 +132,9 @@ class OpDef:
     #: (Dropout in training mode without a seed); passes ask ``pure_at``, not the trait
     impure_at: Callable[[Graph, Node], bool] | None = None
     #: input values on which ONNX leaves the outputs undefined: ``(inputs, attrs) -> why`` or None (Cast of NaN
-    #: or an out-of-range float to an integer, BitCast of a NaN's payload, DynamicQuantizeLinear of a zero range,
-    #: the order of an unsorted TopK); no oracle can judge such a run, so the fuzzer's generator refuses it
+    #: or an out-of-range float to an integer, QuantizeLinear of a NaN quotient, BitCast of a NaN's payload,
+    #: DynamicQuantizeLinear of a zero range, the order of an unsorted TopK, NaN in a MaxPool window); no oracle
+    #: can judge such a run, so the fuzzer's generator refuses it
     #: (``tlc.testing.generate``)
     undefined_at: Callable[[Sequence[np.ndarray | None], dict[str, Any]], str | None] | None = None
 

@@ -395,6 +395,11 @@ class GraphBuilder:
         except (TlcError, RecursionError, MemoryError) as exc:
             raise _Refused(str(exc)) from None
         opdef = lookup(node.op, node.domain)
+        if opdef is not None and opdef.is_pure and not opdef.pure_at(self.g, node):
+            # random at this node (Dropout training without a seed): two runs may still agree by chance (a scalar
+            # kept twice; fuzz seed 806841), so ask the op, not only the double run below
+            self.case.nondeterministic.append(f"{node.qualified_op} ({self.describe(node)})")
+            raise _Refused("nondeterministic")
         why = opdef.undefined_at(arrays, opdef.resolved_attrs(node)) if opdef and opdef.undefined_at else None
         if why:   # ONNX leaves the outputs undefined here: no oracle can judge them
             raise _Refused(f"undefined: {why}")
