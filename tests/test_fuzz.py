@@ -214,6 +214,14 @@ F, I64 = np.float32, np.int64
 #: "raises" = the reference refuses them (where inference cannot see them: an unknown rank), "agree" = the
 #: reference's output has the inferred type. Each was a finding: inference and reference disagreed.
 OP_FINDINGS = [
+    ("attention-batch-1-and-2", "Attention", [np.ones((1, 5, 1, 1), F), np.ones((2, 5, 1, 1), F),
+                                             np.ones((2, 5, 1, 1), F)], {}, "raises"),
+    ("batchnorm-short-scale", "BatchNormalization", [np.ones((5, 3), F), np.ones(1, F)] + [np.ones(3, F)] * 3,
+     {"training_mode": 1}, "raises"),
+    ("trilu-rank-1", "Trilu", [np.ones(3, F)], {}, "raises"),
+    ("prelu-slope-wider", "PRelu", [np.ones((1, 3), F), np.ones((3, 3), F)], {}, "raises"),
+    ("pad-crop-into-padding", "Pad", [np.ones((5, 1, 6), np.int32), np.array([0, -2, 0, 0, 5, 0], I64)], {},
+     "agree"),
     ("pad-pads-not-1d", "Pad", [np.ones((3, 1, 2), F), np.zeros((6, 1, 1), I64)], {}, "refused"),
     ("gather-scalar-data", "Gather", [np.array(3.0, F), np.array([0], I64)], {"axis": 0}, "raises"),
     ("reverse-sequence-rank-1", "ReverseSequence", [np.ones(2, F), np.array([1], I64)],

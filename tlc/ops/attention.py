@@ -286,6 +286,9 @@ def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv
               softcap: float, softmax_precision: int | None, left_window_size: int, right_window_size: int
               ) -> list[np.ndarray]:
     """[Y, present_key, present_value, qk_matmul_output]."""
+    batches = {a.shape[0] for a in (q, k, v, past_key, past_value) if a is not None and a.ndim}
+    if len(batches) > 1:   # as inference says (numpy's products broadcast a batch of 1; fuzz seed 802258)
+        raise ValueError(f"batch sizes of Q, K, V (and the past) differ: {sorted(batches)}")
     three_d = q.ndim == 3
     if three_d:
         q, k, v = split_heads(q, q_num_heads), split_heads(k, kv_num_heads), split_heads(v, kv_num_heads)

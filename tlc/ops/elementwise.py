@@ -154,7 +154,13 @@ def _prelu_infer(ctx: InferContext) -> list:
     return out
 
 
-register(OpDef(name="PRelu", infer=_prelu_infer, reference=_typed(lambda x, slope: np.where(x < 0, x * slope, x)),
+def _prelu(x, slope):
+    if np.broadcast_shapes(x.shape, slope.shape) != x.shape:   # one way, slope to X (fuzz seed 807356)
+        raise ValueError(f"the slope of shape {list(slope.shape)} does not broadcast to X's shape {list(x.shape)}")
+    return np.where(x < 0, x * slope, x)
+
+
+register(OpDef(name="PRelu", infer=_prelu_infer, reference=_typed(_prelu),
                expr=lambda x, s: E.where(E.lt(x, 0.0), x * s, x), inputs=(2, 2), traits=EW))
 _binary("Mod", _typed(lambda a, b, *, fmod: np.fmod(a, b) if fmod else np.mod(a, b)),
         lambda a, b, *, fmod: E.fmod(a, b) if fmod else E.mod(a, b), attrs={"fmod": Attr("int", 0)}, cost=4)

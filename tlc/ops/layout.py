@@ -214,16 +214,23 @@ def _pad(x, pads, constant_value=None, axes=None, *, mode):
                          f"{None if axes is None else list(axes.shape)}")
     axes = list(range(x.ndim)) if axes is None else [int(a) % x.ndim for a in axes.ravel()]
     pads = [int(p) for p in pads.ravel()]
-    crop, width = [slice(None)] * x.ndim, [(0, 0)] * x.ndim
-    # NOTE: negative pads crop first, as onnxruntime does (the ONNX reference rejects them).
+    crops, width = [(0, 0)] * x.ndim, [(0, 0)] * x.ndim
     for i, a in enumerate(axes):
         begin, end = pads[i], pads[i + len(axes)]
-        crop[a] = slice(max(-begin, 0), x.shape[a] - max(-end, 0))
+        crops[a] = (max(-begin, 0), max(-end, 0))
         width[a] = (max(begin, 0), max(end, 0))
-    x = x[tuple(crop)]
     if mode == "constant":
+        # padded, then cropped: an axis of size + begin + end even where a crop reaches into the other side's
+        # padding (size 1, pads -2 and +5: 4; cropping first left 5; fuzz seed 806779)
         fill = 0 if constant_value is None or constant_value.size == 0 else constant_value.ravel()[0]
-        return np.pad(x, width, mode="constant", constant_values=fill)
+        y = np.pad(x, width, mode="constant", constant_values=fill)
+        return y[tuple(slice(lo, y.shape[a] - hi) for a, (lo, hi) in enumerate(crops))]
+    # NOTE: other modes crop first, as onnxruntime does (the ONNX reference rejects negative pads): they pad
+    # from the cropped values, so a crop may not take more than the axis holds
+    for a, (lo, hi) in enumerate(crops):
+        if lo + hi > x.shape[a]:
+            raise ValueError(f"pads crop {lo + hi} from axis {a} of size {x.shape[a]} in mode {mode!r}")
+    x = x[tuple(slice(lo, x.shape[a] - hi) for a, (lo, hi) in enumerate(crops))]
     return np.pad(x, width, mode=mode)
 
 
@@ -357,6 +364,8 @@ def _trilu_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _trilu(x, k=None, *, upper):
+    if x.ndim < 2:   # as inference says (a symbolic rank reaches here unchecked; fuzz seed 804174)
+        raise ValueError(f"Trilu takes rank >= 2, got shape {list(x.shape)}")
     diagonal = 0 if k is None else int(np.asarray(k).ravel()[0])
     return np.triu(x, diagonal) if upper else np.tril(x, diagonal)
 

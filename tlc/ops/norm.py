@@ -70,6 +70,10 @@ def batch_norm(x, scale, bias, mean, var, *, epsilon: float, momentum: float,
     """Inference mode: x * a + b with a = scale / sqrt(var + eps), b = bias - mean * a. Training mode: the same
     with the batch's own mean and (population) variance over every axis but the channels, and the running
     statistics ``mean * momentum + batch mean * (1 - momentum)`` (and so for var) as outputs 2 and 3."""
+    channels = x.shape[1] if x.ndim > 1 else None
+    for name, p in (("scale", scale), ("bias", bias), ("mean", mean), ("var", var)):
+        if p.shape != (channels,):   # as inference says ([1] broadcast here; fuzz seed 803984)
+            raise ValueError(f"{name} has shape {list(p.shape)}, expected [{channels}] (X's channels)")
     if training_mode:
         axes = (0,) + tuple(range(2, x.ndim))
         wide = x.astype(np.float64)

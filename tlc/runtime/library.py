@@ -231,6 +231,8 @@ class PadImpl(StepImpl):
         crop, inner, width = [slice(None)] * len(x), [slice(None)] * len(x), [(0, 0)] * len(x)
         for i, a in enumerate(axes):   # NOTE: negative pads crop first, as the reference does
             begin, end = pads[i], pads[i + len(axes)]
+            if max(-begin, 0) + max(-end, 0) > x[a]:
+                raise NotNative(f"pads crop more than axis {a} holds (into the other side's padding)")
             crop[a] = slice(max(-begin, 0), x[a] - max(-end, 0))
             kept = x[a] - max(-begin, 0) - max(-end, 0)
             inner[a] = slice(max(begin, 0), max(begin, 0) + kept)
