@@ -92,6 +92,9 @@ def _reduce(log_prob: np.ndarray, labels: np.ndarray, weight: np.ndarray | None,
     """The (reduced) loss from log-probabilities in the accumulation type; the result in ``dtype``."""
     classes = log_prob.shape[1]
     expected = log_prob.shape[:1] + log_prob.shape[2:]
+    if weight is not None and weight.shape != (classes,):   # as inference says (fuzz seed 906392)
+        raise ValueError(f"weight {list(weight.shape)} does not hold one value per class of scores "
+                         f"{list(log_prob.shape)}")
     if labels.shape != expected:  # NOTE: never broadcast (inference refuses it at known shapes)
         raise ValueError(f"labels {list(labels.shape)} do not match scores {list(log_prob.shape)} without the class "
                          f"axis, {list(expected)}")

@@ -360,7 +360,7 @@ def _mvn_infer(ctx: InferContext) -> list[TensorType]:
 def mean_variance_norm(x, *, axes: list[int]) -> np.ndarray:
     """(x - mean) / (std + 1e-9) over ``axes``, the ONNX function's formula."""
     acc = x.astype(accumulate_dtype(x.dtype), copy=False)
-    ax = tuple(sorted(set(a % x.ndim for a in axes)))
+    ax = tuple(sorted(set(normalize_axes(axes, x.ndim))))   # out of range: an error (fuzz seed 902413)
     mean = acc.mean(axis=ax, keepdims=True)
     dev = acc - mean
     std = np.sqrt((dev * dev).mean(axis=ax, keepdims=True))

@@ -191,7 +191,7 @@ def _global_lp(x: np.ndarray, *, p: int) -> np.ndarray:
 
 register(OpDef(name="GlobalAveragePool", infer=_global_infer, reference=_global_average, traits=GLOBAL_TRAITS,
                doc="Mean over all spatial axes (NCHW), kept as size-1 dims."))
-register(OpDef(name="GlobalMaxPool", infer=_global_infer,
+register(OpDef(name="GlobalMaxPool", infer=_global_infer, undefined_at=_nan_in_window,
                reference=lambda x: np.max(x, axis=_spatial(x), keepdims=True), traits=GLOBAL_TRAITS,
                doc="Max over all spatial axes (NCHW), kept as size-1 dims."))
 register(OpDef(name="GlobalLpPool", infer=_global_infer, reference=_global_lp, attrs={"p": Attr("int", 2)},

@@ -402,6 +402,8 @@ def _eyelike_infer(ctx: InferContext) -> list[TensorType]:
 
 
 def _eyelike(x, *, dtype, k):
+    if x.ndim != 2:   # as inference says (a symbolic rank reaches here unchecked; fuzz seeds 904798, 906530)
+        raise ValueError(f"EyeLike takes a 2-D input, got shape {list(x.shape)}")
     out_dtype = x.dtype if dtype is None else np_dtype(dtype_of_onnx_code(dtype))
     return np.eye(x.shape[0], x.shape[1], k=k, dtype=out_dtype)
 

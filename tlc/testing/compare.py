@@ -105,6 +105,19 @@ def sensitivity(graph: Graph, feeds: Mapping[str, np.ndarray], want: Mapping[str
     return spread
 
 
+def precision_floor(graph: Graph) -> dict[str, float]:
+    """Per output: the ``RTOL`` of the narrowest float type it was computed through (a float32 result cast to
+    float64 carries float32's rounding: Celu then Cast, fuzz seed 909047)."""
+    import networkx as nx
+
+    floors = {}
+    for value, name in graph.outputs:
+        nodes = nx.ancestors(graph.nx, value.node) | {value.node}
+        kinds = {str(t.dtype) for n in nodes for t in graph.node(n).output_types if hasattr(t, "dtype")}
+        floors[name] = max([RTOL[k] for k in kinds if k in RTOL], default=0.0)
+    return floors
+
+
 def input_scale(feeds: Mapping[str, np.ndarray]) -> float:
     """The magnitude of the float inputs (at least 1): what an output's rounding is relative to."""
     scale = 1.0
@@ -143,9 +156,11 @@ def _error(got: np.ndarray, want: np.ndarray, scale: float, min_rtol: float = 0.
 
 
 def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *, exact: bool = False,
-            spread: Mapping[str, float] | None = None, scale: float = 1.0, min_rtol: float = 0.0) -> list[Mismatch]:
+            spread: Mapping[str, float] | None = None, scale: float = 1.0,
+            min_rtol: float | Mapping[str, float] = 0.0) -> list[Mismatch]:
     """The outputs of ``got`` that differ from ``want`` beyond their tolerance: bit for bit when ``exact``,
-    else dtype-aware (``RTOL`` of the larger of the output's and the inputs' ``scale``, at least ``min_rtol``),
+    else dtype-aware (``RTOL`` of the larger of the output's and the inputs' ``scale``, at least ``min_rtol``: one
+    for all outputs, or one an output),
     widened to ``SPREAD_FACTOR`` times the ``spread`` ``sensitivity`` measured for unstable outputs; an output
     that the noise moves by as much as its largest value is not judged at all."""
     mismatches = []
@@ -171,7 +186,8 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *, ex
             # slice equal up to the last bits: ONNX's E[x^2] - E[x]^2 gives onnxruntime NaN where tlc's stable
             # variance gives +-0.98; fuzz seed 700200)
             continue
-        error, tol, detail = _error(g, w, scale, min_rtol)
+        error, tol, detail = _error(g, w, scale, min_rtol.get(name, 0.0) if isinstance(min_rtol, Mapping)
+                                    else min_rtol)
         if unstable:
             tol = max(tol, SPREAD_FACTOR * unstable)
         if error > tol:
