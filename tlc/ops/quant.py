@@ -167,32 +167,35 @@ def _division_dtype(scale: np.ndarray, precision: int) -> np.dtype:
     return np.dtype(np.float64) if name == "int32" else np.dtype(np.float32)  # int32, e8m0: no arithmetic of their own
 
 
+def _quantized_dtype(y_zero_point: np.ndarray | None, output_dtype: int) -> str:
+    """QuantizeLinear's output type: the zero point's, else ``output_dtype``'s, else uint8."""
+    if y_zero_point is not None:
+        return dtype_name(y_zero_point.dtype)
+    return dtype_of_onnx_code(output_dtype) if output_dtype else "uint8"
+
+
+def _quotient(x: np.ndarray, y_scale: np.ndarray, axis: int, block_size: int, precision: int) -> np.ndarray:
+    """x / y_scale in QuantizeLinear's division type, the scale expanded per axis or block."""
+    dtype = _division_dtype(y_scale, precision)
+    return x.astype(dtype) / expand_param(y_scale, x.shape, axis, block_size).astype(dtype)
+
+
 def quantize_linear(x: np.ndarray, y_scale: np.ndarray, y_zero_point: np.ndarray | None = None, *, axis: int = 1,
                     block_size: int = 0, output_dtype: int = 0, saturate: int = 1, precision: int = 0) -> np.ndarray:
-    out = dtype_name(y_zero_point.dtype) if y_zero_point is not None else (
-        dtype_of_onnx_code(output_dtype) if output_dtype else "uint8")
-    dtype = _division_dtype(y_scale, precision)
-    scale = expand_param(y_scale, x.shape, axis, block_size).astype(dtype)
-    v = x.astype(dtype) / scale
+    v = _quotient(x, y_scale, axis, block_size, precision)
     zero = None if y_zero_point is None else expand_param(y_zero_point, x.shape, axis, block_size)
-    return quantize_values(v, zero, out, bool(saturate))
+    return quantize_values(v, zero, _quantized_dtype(y_zero_point, output_dtype), bool(saturate))
 
 
 def _nan_quotient(inputs, attrs) -> str | None:
     """x / y_scale NaN (a NaN in x, or 0 / 0) quantized to an integer: ONNX does not say (onnxruntime and ONNX's
-    evaluator give the type's minimum, tlc 0; fuzz seeds 806732, 809146)."""
+    evaluator give the type's minimum, tlc 0; fuzz seeds 806732, 809146). Asked after the reference ran."""
     x, scale = inputs[0], inputs[1]
-    zero = inputs[2] if len(inputs) > 2 else None
-    out = dtype_name(zero.dtype) if zero is not None else (
-        dtype_of_onnx_code(attrs["output_dtype"]) if attrs["output_dtype"] else "uint8")
-    if not out.startswith(("int", "uint")):
+    if not _quantized_dtype(inputs[2] if len(inputs) > 2 else None, attrs["output_dtype"]).startswith(
+            ("int", "uint")):
         return None   # a float8 output holds NaN
-    try:
-        with np.errstate(all="ignore"):
-            v = widened(x).astype(np.float64) / expand_param(widened(scale), x.shape, attrs["axis"],
-                                                             attrs["block_size"]).astype(np.float64)
-    except Exception:   # shapes the reference refuses anyway
-        return None
+    with np.errstate(all="ignore"):
+        v = _quotient(widened(x), widened(scale), attrs["axis"], attrs["block_size"], attrs["precision"])
     return "x / y_scale is NaN (a NaN input, or 0 / 0) for an integer output" if np.isnan(v).any() else None
 
 

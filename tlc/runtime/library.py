@@ -229,7 +229,9 @@ class PadImpl(StepImpl):
         axes = ctx.const(3) if len(ctx.inputs) > 3 and ctx.in_types[3] is not None else None
         axes = list(range(len(x))) if axes is None else [int(a) % len(x) for a in np.asarray(axes).ravel()]
         crop, inner, width = [slice(None)] * len(x), [slice(None)] * len(x), [(0, 0)] * len(x)
-        for i, a in enumerate(axes):   # NOTE: negative pads crop first, as the reference does
+        # NOTE: negative pads crop first; the same as the reference (which pads, then crops) while no crop
+        # reaches into the other side's padding, and such pads are left to the reference
+        for i, a in enumerate(axes):
             begin, end = pads[i], pads[i + len(axes)]
             if max(-begin, 0) + max(-end, 0) > x[a]:
                 raise NotNative(f"pads crop more than axis {a} holds (into the other side's padding)")

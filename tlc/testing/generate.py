@@ -388,18 +388,18 @@ class GraphBuilder:
     def run_candidate(self, node: Node, inputs: Sequence[Value | None]) -> None:
         """The reference on the candidate's concrete inputs: refuse it when the reference fails, when an output
         is too big, or (sometimes) not finite; record a finding when the reference disagrees with inference."""
-        arrays = [None if v is None else self.env[v] for v in inputs]
-        try:
-            with np.errstate(all="ignore"):
-                outs = Interpreter(self.g).run_node(node, arrays)
-        except (TlcError, RecursionError, MemoryError) as exc:
-            raise _Refused(str(exc)) from None
         opdef = lookup(node.op, node.domain)
         if opdef is not None and opdef.is_pure and not opdef.pure_at(self.g, node):
             # random at this node (Dropout training without a seed): two runs may still agree by chance (a scalar
             # kept twice; fuzz seed 806841), so ask the op, not only the double run below
             self.case.nondeterministic.append(f"{node.qualified_op} ({self.describe(node)})")
             raise _Refused("nondeterministic")
+        arrays = [None if v is None else self.env[v] for v in inputs]
+        try:
+            with np.errstate(all="ignore"):
+                outs = Interpreter(self.g).run_node(node, arrays)
+        except (TlcError, RecursionError, MemoryError) as exc:
+            raise _Refused(str(exc)) from None
         why = opdef.undefined_at(arrays, opdef.resolved_attrs(node)) if opdef and opdef.undefined_at else None
         if why:   # ONNX leaves the outputs undefined here: no oracle can judge them
             raise _Refused(f"undefined: {why}")
