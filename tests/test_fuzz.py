@@ -102,6 +102,15 @@ def test_values_onnx_leaves_undefined_are_not_generated():
         assert "tlc.test.FuzzUndefined" not in generate(3, ops=[spec], min_nodes=2, max_nodes=2).ops
     finally:
         del _REGISTRY[("tlc.test", "FuzzUndefined")]
+    # random at a node (OpDef.impure_at), even where its reference happens to give the same output twice
+    register(OpDef(name="FuzzRandom", domain="tlc.test", infer=same_as_input(), reference=lambda x: x,
+                   inputs=(1, 1), impure_at=lambda graph, node: True))
+    try:
+        spec, = [s for s in collect_ops() if s.name == "tlc.test.FuzzRandom"]
+        case = generate(3, ops=[spec], min_nodes=2, max_nodes=2)
+        assert "tlc.test.FuzzRandom" not in case.ops and any("FuzzRandom" in n for n in case.nondeterministic)
+    finally:
+        del _REGISTRY[("tlc.test", "FuzzRandom")]
 
 
 # ---------------------------------------------------------------------------- comparing
