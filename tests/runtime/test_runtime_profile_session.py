@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import onnx
@@ -119,6 +120,34 @@ def test_num_threads_governs_numba_and_blas_during_a_run_only(rng):
     assert blas.get_threads() == before              # the caller's numpy keeps its BLAS threads
     compile(small_graph()).run({"x": rng.standard_normal((2, 4), dtype=np.float32)})   # back to every core
     assert numba.get_num_threads() == min(threads.cores(), numba.config.NUMBA_NUM_THREADS)
+
+
+def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
+    """A placed run holds the caller on its CPU and its OpenMP workers (libgomp's team, found once) on the others;
+    afterwards the caller may go anywhere again. Where other processes keep the CPUs busy, nothing is held."""
+    import os
+
+    place = threads.placement()
+    if not place.enabled or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("no libgomp pool to place, or one CPU")
+    before = os.sched_getaffinity(0)
+    gov = threads.Governor(2, uses_blas=False)
+    gov._long = True                                    # as if its last run took long enough
+    monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: False)
+    with gov:
+        during = os.sched_getaffinity(0)
+        team = place._teams[threading.get_ident()]
+        held = {tid: os.sched_getaffinity(tid) for tid in team.workers}
+    assert len(during) == 1 and during <= before and os.sched_getaffinity(0) == before
+    me = threading.get_native_id()
+    tasks = {int(t) for t in os.listdir("/proc/self/task")}
+    assert team.workers and me not in team.workers and set(team.workers) <= tasks
+    assert all(cpus == before - during for cpus in held.values())
+    monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: True)
+    gov._long = True
+    with gov:
+        assert os.sched_getaffinity(0) == before
+        assert all(os.sched_getaffinity(tid) == before for tid in team.workers)
 
 
 def test_planner_never_writes_in_place_over_a_view_still_read():

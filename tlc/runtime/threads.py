@@ -14,20 +14,33 @@ thread made models slower. Now:
   enough to bridge the Python between two steps (a parallel region then costs ~2 us instead of ~50), short
   enough not to burn a core after a run. tlc sets it before Numba starts its pool, unless the user set
   ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``;
-- Numba's thread count is per calling thread; each run sets it to the plan's ``num_threads``.
+- Numba's thread count is per calling thread; each run sets it to the plan's ``num_threads``;
+- during a run of a plan with threads (one that took at least ``PLACE_MIN_S`` last time), the calling thread is
+  held on the CPU it is on and its OpenMP workers on the other CPUs it may use (``Placement``). Without it, a
+  worker woken after an idle gap is placed on the caller's CPU by the scheduler (wake-affine) and the two share
+  one core until the load balancer parts them ~50 ms later: UNet at 2 threads ran its first runs after a 0.15 s
+  pause at 11-15 ms instead of 7.4. Skipped where the user placed OpenMP's threads (``OMP_PROC_BIND``,
+  ``OMP_PLACES``, ``GOMP_CPU_AFFINITY``), where ``TLC_PLACE_THREADS=0``, and where Numba's pool is not libgomp.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
+import time
 
 from ..kernels import blas
 
 #: libgomp spin iterations before an idle worker sleeps (~0.5-1.5 ms on the 2-core machine: 10,000 bridged
 #: gaps of 100 us between parallel regions, 30,000 gaps of 300 us, 100,000 gaps of 1 ms)
 SPIN_COUNT = 50_000
+
+#: a run shorter than this (the plan's previous one) is not worth the ~7 us of placement calls
+PLACE_MIN_S = 1e-3
+#: how often (s) placement looks whether other processes keep our CPUs busy (~20 us a look)
+LOOK_S = 0.1
 
 _lock = threading.Lock()
 _depth = 0                  # runs in progress (process-wide), for BLAS's count
@@ -64,9 +77,165 @@ def _thread_count_functions():
         return numba.get_num_threads, numba.set_num_threads
 
 
+class _Team:
+    """One calling thread's OpenMP workers and where they were last held."""
+
+    __slots__ = ("workers", "cpu", "mask", "depth", "restore")
+
+    def __init__(self, workers: list[int]):
+        self.workers = workers
+        self.cpu = -1                   # the caller's CPU the workers were last kept off
+        self.mask: frozenset = frozenset()
+        self.depth = 0                  # placed runs in progress on this thread (a nested run is not placed)
+        self.restore: set[int] | None = None
+
+
+class Placement:
+    """Holds a run's calling thread on its CPU and its OpenMP workers off it (see the module docstring).
+
+    The workers' thread ids come from one parallel region of libgomp's own (``GOMP_parallel`` with a callback
+    that records each team member's id): libgomp keeps one pool of workers per calling thread and gives a team
+    of n its first n - 1, the same threads Numba's parallel loops of n threads run on."""
+
+    def __init__(self):
+        self._teams: dict[int, _Team] = {}
+        self._lock = threading.Lock()
+        self._gomp = None
+        self._getcpu = None
+        self.enabled = self._available()
+        self._sample: tuple[float, float, float] | None = None   # (monotonic s, CPUs' busy s, our CPU s)
+        self._contended = False
+        if hasattr(os, "register_at_fork"):   # a forked child has none of these threads (ids of others' threads)
+            os.register_at_fork(after_in_child=self._teams.clear)
+
+    def _available(self) -> bool:
+        env = os.environ
+        if env.get("TLC_PLACE_THREADS", "1") == "0" or not sys.platform.startswith("linux"):
+            return False
+        if any(k in env for k in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")):
+            return False
+        try:
+            import numba
+
+            _thread_count_functions()           # starts Numba's pool: its layer is known from then on
+            if numba.threading_layer() != "omp":
+                return False
+            # the libgomp Numba's pool loaded, not another copy: RTLD_NOLOAD fails when none is loaded
+            self._gomp = ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            self._gomp.GOMP_parallel.argtypes = [_REGION, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+            self._gomp.GOMP_parallel.restype = None
+            getcpu = ctypes.CDLL(None).sched_getcpu
+            getcpu.restype, getcpu.argtypes = ctypes.c_int, []
+            self._getcpu = getcpu
+        except (OSError, AttributeError, ValueError):
+            return False
+        return True
+
+    def _team(self, threads: int) -> _Team:
+        ident = threading.get_ident()
+        team = self._teams.get(ident)
+        if team is None or len(team.workers) < threads - 1:
+            seen: list[int] = []
+
+            def member(_data):
+                seen.append(threading.get_native_id())   # list.append is atomic under the GIL
+
+            region = _REGION(member)
+            self._gomp.GOMP_parallel(region, None, threads, 0)
+            me = threading.get_native_id()
+            team = _Team(sorted(t for t in seen if t != me))
+            with self._lock:
+                self._teams[ident] = team
+        return team
+
+    def _busy_elsewhere(self, mask: set[int], threads: int) -> bool:
+        """Whether other processes kept the CPUs we would run on busy since the last look (at most every
+        ``LOOK_S``): busy time of ``mask``'s CPUs in /proc/stat less this process's own CPU time, against the
+        CPUs the plan's threads leave over. Held apart, a worker could not leave a CPU another process keeps
+        busy (a CPU hog on one of 2 vCPUs: UNet 13.4 ms placed against 10.5 unplaced), so such runs go unplaced
+        and the scheduler shares the cores out."""
+        now = time.monotonic()
+        if self._sample is not None and now - self._sample[0] < LOOK_S:
+            return self._contended
+        try:
+            with open("/proc/stat", "rb") as f:
+                lines = f.read().split(b"\n")
+        except OSError:
+            return False
+        busy = 0
+        for line in lines[1:]:
+            if not line.startswith(b"cpu"):
+                break
+            fields = line.split()
+            if int(fields[0][3:]) in mask:     # user nice system idle iowait irq softirq steal ...
+                busy += sum(map(int, fields[1:4])) + sum(map(int, fields[6:8]))
+        busy_s = busy / _TICKS
+        times = os.times()
+        ours = times[0] + times[1]
+        if self._sample is not None:
+            t0, busy0, ours0 = self._sample
+            others = ((busy_s - busy0) - (ours - ours0)) / (now - t0)
+            self._contended = others > len(mask) - threads + 0.5
+        self._sample = (now, busy_s, ours)
+        return self._contended
+
+    def enter(self, threads: int) -> None:
+        team = self._team(threads)
+        team.depth += 1
+        if team.depth > 1:
+            return
+        cpu = self._getcpu()
+        mask = os.sched_getaffinity(0)
+        if len(mask) < 2 or cpu not in mask or self._busy_elsewhere(mask, threads):
+            if team.cpu != -1:        # run unplaced: the workers may go anywhere again
+                self._hold_workers(team, -1, mask, mask)
+            return
+        try:
+            os.sched_setaffinity(0, (cpu,))
+        except OSError:               # the CPU went offline or out of our cpuset meanwhile: run unplaced
+            return
+        team.restore = mask
+        if cpu != team.cpu or mask != team.mask:
+            self._hold_workers(team, cpu, mask, mask - {cpu})
+
+    def _hold_workers(self, team: _Team, cpu: int, mask: set[int], cpus: set[int]) -> None:
+        for tid in team.workers:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:           # a worker that has exited (libgomp shrank its pool): find them again
+                self._teams.pop(threading.get_ident(), None)
+                return
+        team.cpu, team.mask = cpu, frozenset(mask)
+
+    def exit(self) -> None:
+        team = self._teams.get(threading.get_ident())
+        if team is None:
+            return
+        team.depth -= 1
+        if team.depth == 0 and team.restore is not None:
+            mask, team.restore = team.restore, None
+            os.sched_setaffinity(0, mask)
+
+
+_REGION = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_placement: Placement | None = None
+
+
+def placement() -> Placement:
+    """The process's one ``Placement`` (made after Numba's pool has started)."""
+    global _placement
+    if _placement is None:
+        with _lock:
+            if _placement is None:
+                _placement = Placement()
+    return _placement
+
+
 class Governor:
-    """``with governor:`` around a run: Numba's count for this thread and, for plans that call BLAS
-    (``uses_blas``), BLAS single-threaded meanwhile."""
+    """``with governor:`` around a run: Numba's count for this thread, the run's threads held apart
+    (``Placement``) when its plan's last run was long enough and, for plans that call BLAS (``uses_blas``),
+    BLAS single-threaded meanwhile."""
 
     def __init__(self, threads: int, uses_blas: bool = True):
         import numba
@@ -74,13 +243,26 @@ class Governor:
         self.threads = max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
         self.uses_blas = uses_blas and blas.AVAILABLE
         self._get = self._set = None
+        self._place: Placement | None = None
+        self._long = False              # the last run took at least PLACE_MIN_S
+        self._local = threading.local()
 
     def __enter__(self) -> None:
         global _depth, _blas_before
         if self._get is None:
             self._get, self._set = _thread_count_functions()
+            if self.threads > 1:
+                place = placement()
+                self._place = place if place.enabled else None
         if self._get() != self.threads:
             self._set(self.threads)
+        placed = self._place is not None and self._long
+        if placed:
+            self._place.enter(self.threads)
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        stack.append((placed, time.perf_counter()))
         if self.uses_blas:
             with _lock:
                 if _depth == 0:
@@ -91,6 +273,11 @@ class Governor:
 
     def __exit__(self, *exc) -> None:
         global _depth
+        placed, start = self._local.stack.pop()
+        if self._place is not None:
+            if placed:
+                self._place.exit()
+            self._long = time.perf_counter() - start >= PLACE_MIN_S
         if self.uses_blas:
             with _lock:
                 _depth -= 1
