@@ -213,6 +213,40 @@ def test_conv_products_in_parts(rng, kernel, attrs, epilogue):
     assert "3 part(s)" in notes(plan)
 
 
+@pytest.mark.skipif(not panel.fast(), reason=f"the panel kernels: {panel.REASON or 'no AVX-512 here'}")
+@pytest.mark.parametrize("conv, act", [({"channels": 16, "group": 1, "kernel": 1}, ("Clip", 0.0, 6.0)),
+                                       ({"channels": 16, "group": 16, "kernel": 3}, ("Relu",))], ids=str)
+def test_conv_bias_and_clamp_applied_as_the_kernel_stores(rng, conv, act):
+    """A Conv whose epilogue is its bias and a Relu or Clip runs as one conv (PANEL, the vector depthwise kernel)
+    that adds the bias and clamps as it stores; NaN stays NaN, as in the epilogue kernel it replaces."""
+    c, k, group = conv["channels"], conv["kernel"], conv["group"]
+    m = 32 if group == 1 else c
+    w = rng.standard_normal((m, c // group, k, k)).astype(np.float32)
+    b = (rng.standard_normal(m) * 3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=group, pads=[k // 2] * 4)]
+    inits = {"w": w, "b": b}
+    if act[0] == "Clip":
+        inits.update(lo=np.float32(act[1]), hi=np.float32(act[2]))
+        nodes.append(helper.make_node("Clip", ["c", "lo", "hi"], ["y"]))
+    else:
+        nodes.append(helper.make_node(act[0], ["c"], ["y"]))
+    graph_proto = helper.make_graph(
+        nodes, "clamped", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, c, 28, 28))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
+    graph, _ = from_onnx(helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 17)], ir_version=9))
+    x = rng.standard_normal((2, c, 28, 28)).astype(np.float32) * 4
+    x[0, :, 5, 7] = np.nan                       # NaN through every output channel at (5, 7) and around it
+    plan = tlc.compile(graph, opt_level=2, num_threads=1, jit="eager")
+    assert "applied as the kernel stores" in notes(plan), notes(plan)
+    want = tlc.compile(graph, jit="off").run({"x": x})["y"]
+    got = plan.run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+    assert np.isnan(got[0, :, 5, 7]).all() and not np.isnan(got[1]).any()
+    bound = act[2] if act[0] == "Clip" else np.inf
+    assert got[~np.isnan(got)].min() >= 0 and got[~np.isnan(got)].max() <= bound
+
+
 def test_concurrent_runs_share_the_pool(rng):
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])]
     w = rng.standard_normal((32, 24)).astype(np.float32)

@@ -56,7 +56,10 @@ panel.ensure()   # the symbol the PANEL parts call (compiled code links it by na
 
 # geometry vector fields
 N, C, H, W, M, KH, KW, HO, WO, GROUP, SH, SW, DH, DW, PT, PL, LAYOUT, ALGO, MODE, KIND, TILE = range(21)
-GEO_SIZE = 21
+#: a clamp of the output (``set_clamp``: a Relu or Clip the PANEL kernel applies as it stores): whether there is
+#: one, and its bounds as two float32 in one field (lo in the low half)
+CLAMP, CLAMP_BOUNDS = 21, 22
+GEO_SIZE = 23
 GEMM, DIRECT, DEPTHWISE, WINOGRAD, PANEL = 0, 1, 2, 3, 4
 ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd", "panel")
 IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
@@ -147,6 +150,18 @@ def conv_geometry(x_shape, w_shape, out_shape, strides, pads_begin, dilations, g
     geo[:LAYOUT] = (n, c, h, w, m, kh, kw, out_shape[2], out_shape[3], group, strides[0], strides[1],
                     dilations[0], dilations[1], pads_begin[0], pads_begin[1])
     return geo
+
+
+def set_clamp(geo: np.ndarray, lo: float, hi: float) -> None:
+    """Clamp the conv's output to [lo, hi] as it is stored (where the algorithm does: ``clamps``)."""
+    geo[CLAMP] = 1
+    geo[CLAMP_BOUNDS:CLAMP_BOUNDS + 1].view(np.float32)[:] = (lo, hi)
+
+
+def clamps(geo: np.ndarray) -> bool:
+    """Whether the chosen algorithm applies a clamp as it stores (``tlc.kernels.panel``'s kernels: PANEL and the
+    vector depthwise kernel)."""
+    return bool(geo[ALGO] == PANEL or (geo[ALGO] == DEPTHWISE and geo[KIND] == DEPTHWISE_VECTORS))
 
 
 def is_pointwise(geo: np.ndarray) -> bool:
@@ -1059,13 +1074,14 @@ def part_depthwise(x, w, bias, geo, acc, col, p, nparts):
     own = col[p * (col.shape[0] // nparts):]
     if geo[KIND] == DEPTHWISE_VECTORS:
         m_all, hw_in, item = geo[M], geo[H] * geo[W], 4
+        clamp = geo.ctypes.data + CLAMP_BOUNDS * 8 if geo[CLAMP] else 0
         q = q0
         while q < q1:   # runs of planes within one image (weights and bias follow the channel)
             m0 = q % m_all
             stop = min(q1, q - m0 + m_all)
             depthwise_3x3(x.ctypes.data + q * hw_in * item, w.ctypes.data + m0 * 9 * item,
                           bias.ctypes.data + m0 * item, acc.ctypes.data + q * hw * item, stop - q, geo[H], geo[W],
-                          geo[HO], geo[WO], geo[SH], bias.shape[0])
+                          geo[HO], geo[WO], geo[SH], bias.shape[0], clamp)
             q = stop
     elif _same_3x3(geo):
         _depthwise_same(x, w, bias, geo, acc, own, q0, q1)
@@ -1155,6 +1171,9 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
     channels = geo[KIND] == LANES_CHANNELS
     # the bias is where the kernel's accumulators start: a column's (channels in lanes) or a row's
     mode = BIAS_NONE if bias.shape[0] == 0 else BIAS_COLUMNS if channels else BIAS_ROWS
+    if geo[CLAMP]:
+        mode |= panel.CLAMP
+    clamp = geo.ctypes.data + CLAMP_BOUNDS * 8
     if geo[MODE] == TILES:   # positions [i0, i1) of each image: whole tiles of rows, or whole panels
         step = panel.TILE if channels else panel.PANEL
         tiles = (hw + step - 1) // step
@@ -1167,10 +1186,10 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
             image, at = src + n * image_in + i0 * item, out + (n * m_all * hw + i0) * item
             if channels:
                 panel_strided(w.ctypes.data, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw, i1 - i0, k,
-                             m_all, bias.ctypes.data, mode)
+                             m_all, bias.ctypes.data, mode, clamp)
             else:
                 panel_strided(image, hw, panel.PANEL, w.ctypes.data, k, 1, at, hw, 1, m_all, k, i1 - i0,
-                             bias.ctypes.data, mode)
+                             bias.ctypes.data, mode, clamp)
             t = stop
         return 0, 0
     unit = panel.PANEL if channels else panel.TILE
@@ -1187,10 +1206,10 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
         at = out + (n * m_all + m0) * hw * item
         if channels:
             panel_strided(w.ctypes.data + m0 * k * item, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw,
-                         hw, k, m1 - m0, bias.ctypes.data + m0 * item, mode)
+                         hw, k, m1 - m0, bias.ctypes.data + m0 * item, mode, clamp)
         else:
             panel_strided(image, hw, panel.PANEL, w.ctypes.data + m0 * k * item, k, 1, at, hw, 1, m1 - m0, k, hw,
-                         bias.ctypes.data + m0 * item, mode)
+                         bias.ctypes.data + m0 * item, mode, clamp)
         u = stop
     return _unit_channel(u0, per_image, unit, m_all) * hw, _unit_channel(u1, per_image, unit, m_all) * hw
 

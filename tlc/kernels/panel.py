@@ -12,9 +12,13 @@ x 768 54-57 against 49-52 GMAC/s, 197 x 768 x 192 55-58 against 48-52, 96 x 1024
 loops never keep such a block in registers (LLVM cannot prove the arrays apart), hence IR with explicit vectors;
 LLVM lowers the 16-lane vectors to what the host has (one AVX-512 register each).
 
-``tlc_panel(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode)`` (addresses and element
-strides as int64, as ``blas.py``'s symbols): ``C[i, j] = bias + sum_k A[i, k] B[k, j]`` for rows i < ``rows``
-and columns j < ``n`` (the bias ``bias[i]``, ``bias[j]`` or none: ``bias_mode``), with
+``tlc_panel(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp)`` (addresses and
+element strides as int64, as ``blas.py``'s symbols): ``C[i, j] = bias + sum_k A[i, k] B[k, j]`` for rows i <
+``rows`` and columns j < ``n`` (the bias ``bias[i]``, ``bias[j]`` or none: ``bias_mode``), clamped to [lo, hi]
+(two float32 at ``clamp``) where ``bias_mode`` has the ``CLAMP`` bit: a conv's Relu or Clip applied as the tile
+is stored, as ``tlc.kernels.mathlib``'s maximum and minimum do (NaN stays NaN) - applied after the whole product
+over a part's output, in a pass of its own, it cost MobileNetV2's 1x1 expansion convs ~100 us each, re-reading
+what the kernel had just stored), with
 A[i, k] at ``a + i * lda + k * a_k``, C[i, j] at ``c + i * ldc + j * c_j``, and B in panels of ``PANEL``
 columns, panel p at ``b + p * step`` and its row k ``ldb`` elements after row k - 1. Packed weights are panels
 ``K x PANEL`` (``ldb = PANEL``, ``step = K * PANEL``); an activation read in place is one panel every ``PANEL``
@@ -53,9 +57,13 @@ LANES = 16
 SYMBOL = "tlc_panel"
 DEPTHWISE_SYMBOL = "tlc_dw3x3"
 #: the kernel's arguments (int64 each: see the module docstring)
-ARGS = 14
-#: the bias the kernel adds (``bias_mode``): none, one a row of C, one a column of C
+ARGS = 15
+#: the bias the kernel adds (``bias_mode``'s low two bits): none, one a row of C, one a column of C
 BIAS_NONE, BIAS_ROWS, BIAS_COLUMNS = 0, 1, 2
+#: ``bias_mode``'s bit for a clamp of the stored values to [lo, hi] (read from the ``clamp`` address)
+CLAMP = 4
+#: ``tlc_dw3x3``'s arguments (int64 each)
+DEPTHWISE_ARGS = 12
 
 _f32, _i64, _i32 = ir.FloatType(), ir.IntType(64), ir.IntType(32)
 _vec = ir.VectorType(_f32, LANES)
@@ -91,12 +99,14 @@ class _Emitter:
                                     name="llvm.prefetch.p0i8")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         b = self.b
-        bp, ap, cp, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode = self.fn.args
+        bp, ap, cp, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp = self.fn.args
         fp = _f32.as_pointer()
         self.bp, self.ap, self.cp = b.inttoptr(bp, fp), b.inttoptr(ap, fp), b.inttoptr(cp, fp)
         self.bias = b.inttoptr(bias, fp)
-        self.row_bias = b.icmp_signed("==", bias_mode, _const(BIAS_ROWS))
-        self.column_bias = b.icmp_signed("==", bias_mode, _const(BIAS_COLUMNS))
+        which = b.and_(bias_mode, _const(3))
+        self.row_bias = b.icmp_signed("==", which, _const(BIAS_ROWS))
+        self.column_bias = b.icmp_signed("==", which, _const(BIAS_COLUMNS))
+        self.clamp_bounds = _clamp_bounds(b, bias_mode, clamp)
         self.rows, self.k, self.n, self.lda, self.ldc = rows, k, n, lda, ldc
         self.ldb, self.step, self.a_k, self.c_j = ldb, step, a_k, c_j
         # the lanes' offsets in bytes along C's columns, for scattered stores (a column stride other than 1)
@@ -235,6 +245,7 @@ class _Emitter:
         b.position_at_end(after)
         true = ir.Constant(ir.VectorType(ir.IntType(1), LANES), [1] * LANES)
         masks = self.masks if masked else [true, true]
+        acc = [self.clamped(v) for v in acc]
         with b.if_else(b.icmp_signed("==", self.c_j, _const(1))) as (rows, scattered):
             with rows:   # C's rows are contiguous: whole vectors (under masks past N)
                 for a in range(height):
@@ -255,23 +266,56 @@ class _Emitter:
                         b.call(self.scatter, [acc[2 * a + half], ptrs, ir.Constant(_i32, 4), masks[half]])
 
 
+    def clamped(self, v):
+        return _clamped(self.b, v, self.clamp_bounds)
+
+
+def _clamp_bounds(b: ir.IRBuilder, flags, clamp) -> list:
+    """The clamp's bounds as vectors: the two float32 at address ``clamp`` where ``flags`` has the ``CLAMP`` bit,
+    else -inf and inf (which keep every value, NaN included)."""
+    start = b.block
+    with b.if_then(b.icmp_signed("!=", b.and_(flags, _const(CLAMP)), _const(0))):
+        bounds = b.inttoptr(clamp, _f32.as_pointer())
+        lo_read, hi_read = b.load(bounds, align=4), b.load(b.gep(bounds, [_const(1)]), align=4)
+        read = b.block
+    phis = []
+    for value, unbounded in ((lo_read, float("-inf")), (hi_read, float("inf"))):
+        phi = b.phi(_f32)
+        phi.add_incoming(ir.Constant(_f32, unbounded), start)
+        phi.add_incoming(value, read)
+        phis.append(phi)
+    return [_splat(b, phi, _vec) for phi in phis]
+
+
+def _clamped(b: ir.IRBuilder, v, bounds):
+    """``v`` clamped to ``bounds`` as ``mathlib.maximum`` then ``minimum`` do: a lane keeps its value where it is
+    past the bound or NaN (so -0.0 against a bound of 0.0 gives 0.0, as theirs)."""
+    lo, hi = bounds
+    nan = b.fcmp_unordered("uno", v, v)
+    v = b.select(b.or_(b.fcmp_ordered(">", v, lo), nan), v, lo)
+    return b.select(b.or_(b.fcmp_ordered("<", v, hi), nan), v, hi)
+
+
 class _DepthwiseEmitter:
-    """The IR of ``tlc_dw3x3(x, w, bias, out, planes, h, width, ho, wo, stride, has_bias)``: a 3x3 depthwise
-    convolution with padding 1 and stride 1 or 2 over ``planes`` consecutive planes (input [h, width], output
-    [ho, wo], weights 9 per plane, a bias per plane where ``has_bias``). Vectors of 16 outputs along an output
+    """The IR of ``tlc_dw3x3(x, w, bias, out, planes, h, width, ho, wo, stride, flags, clamp)``: a 3x3
+    depthwise convolution with padding 1 and stride 1 or 2 over ``planes`` consecutive planes (input [h, width],
+    output [ho, wo], weights 9 per plane, a bias per plane where ``flags`` has bit 1, the outputs clamped to the
+    two float32 at ``clamp`` where it has the ``CLAMP`` bit). Vectors of 16 outputs along an output
     row: per vector nine masked loads of the input (the masks drop the padding's columns and the lanes past the
     row; a stride-2 load takes two vectors and keeps their even lanes) and nine fused multiply-adds with the
     plane's weights, held in registers, then one masked store. Rows of the padding are skipped."""
 
     def __init__(self, module: ir.Module, loops: _Emitter):
-        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * 11), name=DEPTHWISE_SYMBOL)
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * DEPTHWISE_ARGS),
+                              name=DEPTHWISE_SYMBOL)
         self.fma, self.load, self.store = loops.fma, loops.load, loops.store
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         b = self.b
-        xp, wp, bp, op, planes, self.h, self.width, self.ho, self.wo, stride, has_bias = self.fn.args
+        xp, wp, bp, op, planes, self.h, self.width, self.ho, self.wo, stride, flags, clamp = self.fn.args
         fp = _f32.as_pointer()
         self.xp, self.wp, self.bp, self.op = (b.inttoptr(v, fp) for v in (xp, wp, bp, op))
-        self.has_bias = b.icmp_signed("!=", has_bias, _const(0))
+        self.has_bias = b.icmp_signed("!=", b.and_(flags, _const(1)), _const(0))
+        self.clamp_bounds = _clamp_bounds(b, flags, clamp)
         self.lanes = ir.Constant(ir.VectorType(_i64, LANES), list(range(LANES)))
         self.lanes2 = ir.Constant(ir.VectorType(_i64, LANES), list(range(LANES, 2 * LANES)))
         self.zero = ir.Constant(_vec, None)
@@ -347,7 +391,7 @@ class _DepthwiseEmitter:
             merged.add_incoming(summed, done)
             acc = merged
         at = b.bitcast(b.gep(self.out, [b.add(b.mul(oh, self.wo), j0)]), _vec.as_pointer())
-        b.call(self.store, [acc, at, ir.Constant(_i32, 4), keep])
+        b.call(self.store, [_clamped(b, acc, self.clamp_bounds), at, ir.Constant(_i32, 4), keep])
 
 
 def _source() -> str:
@@ -378,7 +422,7 @@ def ensure() -> None:
         except Exception as exc:   # noqa: BLE001 - any failure only costs the kernel, never the product
             REASON = f"the panel product could not be built: {type(exc).__name__}: {exc}"
             stubs = [cfunc(types.void(*([types.int64] * ARGS)))(_nothing),
-                     cfunc(types.void(*([types.int64] * 11)))(_nothing_dw)]
+                     cfunc(types.void(*([types.int64] * DEPTHWISE_ARGS)))(_nothing_dw)]
             _STATE["engine"] = stubs
             llvm.add_symbol(SYMBOL, stubs[0].address)
             llvm.add_symbol(DEPTHWISE_SYMBOL, stubs[1].address)
@@ -388,11 +432,11 @@ def ensure() -> None:
 REASON = ""
 
 
-def _nothing(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode):
+def _nothing(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp):
     return   # the stub's body: never called, ``fast()`` being False
 
 
-def _nothing_dw(x, w, bias, out, planes, h, width, ho, wo, stride, has_bias):
+def _nothing_dw(x, w, bias, out, planes, h, width, ho, wo, stride, flags, clamp):
     return
 
 
@@ -417,14 +461,15 @@ _panel = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * ARGS)))
 
 
 @njit(cache=True, nogil=True, inline="always")
-def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k, n, bias_addr, bias_mode):
+def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k, n, bias_addr, bias_mode,
+                  clamp_addr=0):
     """The kernel on any strides: C[i, j] (at ``c_addr + (i * ldc + j * c_j) * 4``) = bias + sum over k of
     A[i, k] (at ``a_addr + (i * lda + k * a_k) * 4``) times B[k, j] (panel ``j // PANEL`` from ``b_addr + (j //
     PANEL) * step * 4``, its row k ``ldb`` elements after row k - 1), for i < rows, j < n; the bias (float32,
     ``bias_mode``): ``bias_addr[i]`` a row (BIAS_ROWS), ``bias_addr[j]`` a column (BIAS_COLUMNS), or none
-    (BIAS_NONE: ``bias_addr`` unread)."""
+    (BIAS_NONE: ``bias_addr`` unread); with the ``CLAMP`` bit, clamped to the two float32 at ``clamp_addr``."""
     if rows > 0 and n > 0:
-        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias_addr, bias_mode)
+        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias_addr, bias_mode, clamp_addr)
 
 
 def pack(b2d: np.ndarray) -> np.ndarray:
@@ -439,13 +484,15 @@ def pack(b2d: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(b.reshape(k, panels, PANEL).transpose(1, 0, 2)).ravel()
 
 
-_dw3x3 = types.ExternalFunction(DEPTHWISE_SYMBOL, types.void(*([types.int64] * 11)))
+_dw3x3 = types.ExternalFunction(DEPTHWISE_SYMBOL, types.void(*([types.int64] * DEPTHWISE_ARGS)))
 
 
 @njit(cache=True, nogil=True, inline="always")
-def depthwise_3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, has_bias):
+def depthwise_3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, has_bias, clamp_addr=0):
     """``planes`` consecutive float32 planes of a 3x3 depthwise convolution with padding 1 and stride 1 or 2
     (``_DepthwiseEmitter``): input planes [h, width] at ``x_addr``, output planes [ho, wo] at ``out_addr``, nine
-    weights a plane at ``w_addr``, one bias a plane at ``bias_addr`` where ``has_bias``."""
+    weights a plane at ``w_addr``, one bias a plane at ``bias_addr`` where ``has_bias``, the outputs clamped to
+    the two float32 at ``clamp_addr`` where that is not 0."""
     if planes > 0:
-        _dw3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, has_bias)
+        flags = (1 if has_bias else 0) | (CLAMP if clamp_addr != 0 else 0)
+        _dw3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, flags, clamp_addr)

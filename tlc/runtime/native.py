@@ -13,6 +13,7 @@ that applies its elementwise part to each part's rows right after that part, on 
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
@@ -20,7 +21,7 @@ import numba
 import numpy as np
 
 from ..errors import CompileError
-from ..ir.graph import Graph
+from ..ir.graph import Graph, Value
 from ..ir.types import TensorType, np_dtype
 from ..kernels import (
     KernelCache,
@@ -379,6 +380,9 @@ class EpilogueImpl(StepImpl):
         if self.is_product:
             return self._product(ctx, sub, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs)
         if self.head.qualified_op == "Conv":
+            absorbed = self._absorbed(ctx, sub, elementwise, ew_types)
+            if absorbed is not None:
+                return absorbed
             try:
                 setup = ConvSetup(sub, self.head_attrs, with_bias=False, epilogue=True)
             except NotNative:
@@ -404,6 +408,35 @@ class EpilogueImpl(StepImpl):
 
         return Bound(fallback_calls(ctx), mode="native", note=f"{conv.note} + epilogue kernel",
                      workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls), blas=True)
+
+    def _absorbed(self, ctx: BindContext, sub: BindContext, elementwise: Graph, ew_types: list) -> Bound | None:
+        """The group as one conv whose kernel adds the bias and clamps as it stores, where the epilogue is no more
+        than that (``clamp_epilogue``) and the cost model picks the PANEL kernel; else None."""
+        if len(ctx.outputs) != 1 or ew_types[0].dtype != "float32" or len(ew_types[0].shape) != 4:
+            return None
+        found = clamp_epilogue(elementwise, ew_types[0].shape[1])
+        if found is None:
+            return None
+        bias_input, bounds = found
+        bias = None
+        if bias_input is not None:
+            value = ctx.const(self.ew_sources[bias_input - 1])
+            if value is None:
+                return None
+            bias = np.ascontiguousarray(np.asarray(value, np.float32).reshape(-1))
+        try:
+            setup = ConvSetup(sub, self.head_attrs, with_bias=False, bias=bias, clamp=bounds)
+        except NotNative:
+            return None
+        if not kconv.clamps(setup.geo):
+            return None
+        work: list = []
+        what = [w for w, present in (("bias", bias is not None), (self.elementwise.ops()[-1].op, bounds is not None))
+                if present]
+        bound = conv_bound(setup, V(ctx.outputs[0]), work, fallback_calls(ctx),
+                           f"Conv: {setup.note}, {' and '.join(what)} applied as the kernel stores")
+        bound.workspace, bound.blas = work, True
+        return bound
 
     def _conv(self, ctx, setup, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs) -> Bound:
         if setup.out_shape != tuple(ew_types[0].shape):
@@ -464,6 +497,46 @@ class EpilogueImpl(StepImpl):
                      workspace=scratch.shapes, request=KernelRequest("epilogue", build, calls), blas=True)
 
 
+def clamp_epilogue(elementwise: Graph, channels: int) -> tuple[int | None, tuple[float, float] | None] | None:
+    """(the elementwise input added first as a per-channel bias, or None; the bounds of a Relu or of a Clip with
+    constant bounds after it, or None) where a conv's epilogue is no more than those two, the work the PANEL
+    kernel does as it stores; None for any other epilogue."""
+    ops = elementwise.ops()
+    current = Value(elementwise.inputs[0].id, 0)
+    bias_input = None
+    if ops and ops[0].domain == "" and ops[0].op == "Add":
+        a, b = elementwise.inputs_of(ops[0])
+        other = b if a == current else a if b == current else None
+        if other is None or other.port != 0:
+            return None
+        node = elementwise.node(other.node)
+        if node.op != "Input" or tuple(node.output_types[0].shape) not in ((channels, 1, 1), (1, channels, 1, 1)):
+            return None
+        bias_input = [n.id for n in elementwise.inputs].index(node.id)
+        current, ops = Value(ops[0].id, 0), ops[1:]
+    if len(ops) > 1:
+        return None
+    bounds = None
+    if ops:
+        node, ins = ops[0], elementwise.inputs_of(ops[0])
+        if node.domain != "" or not ins or ins[0] != current:
+            return None
+        if node.op == "Relu":
+            bounds = (0.0, math.inf)
+        elif node.op == "Clip":
+            limits = [node.attrs.get("min", -math.inf), node.attrs.get("max", math.inf)]   # Clip-6's attributes
+            for k, port in enumerate((1, 2)):
+                if port < len(ins) and ins[port] is not None:
+                    value = elementwise.const_value(ins[port])
+                    if value is None or np.asarray(value).size != 1:
+                        return None
+                    limits[k] = float(np.asarray(value).reshape(()))
+            bounds = (limits[0], limits[1])
+        else:
+            return None
+    return None if bias_input is None and bounds is None else (bias_input, bounds)
+
+
 def _scratch_pair(scratch: Scratch, t: TensorType) -> tuple[Ref, Ref]:
     k = scratch.add(tuple(t.shape), np_dtype(t.dtype))
     return W(k), FW(k)
@@ -504,7 +577,8 @@ class ConvSetup:
     size and how the work is cut into parts (an ``epilogue`` follows each part: ``kconv.plan_conv``), and whether
     they run on the pool. NotNative when the family cannot run it (the numpy library can)."""
 
-    def __init__(self, ctx: BindContext, attrs: dict[str, Any], with_bias: bool = True, epilogue: bool = False):
+    def __init__(self, ctx: BindContext, attrs: dict[str, Any], with_bias: bool = True, epilogue: bool = False,
+                 bias: np.ndarray | None = None, clamp: tuple[float, float] | None = None):
         x, w, *_ = ctx.in_shapes()
         y = tuple(ctx.out_types[0].shape)
         self.dtype = np_dtype(ctx.in_types[0].dtype)
@@ -541,6 +615,10 @@ class ConvSetup:
             if bias is None and not ctx.contiguous(2):
                 raise NotNative("a strided conv bias")
             self.bias = np.ascontiguousarray(bias, self.dtype) if bias is not None else V(ctx.inputs[2])
+        if bias is not None:   # a bias given by an epilogue the kernel takes over (``EpilogueImpl._absorbed``)
+            self.bias = bias
+        if clamp is not None and kconv.clamps(self.geo):
+            kconv.set_clamp(self.geo, *clamp)
         self.out_shape = y
         algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]]
         self.note = f"{algo}, {self.nparts} part(s)" if self.nparts > 1 else algo
@@ -576,6 +654,22 @@ def compile_conv(types: tuple, geo: np.ndarray, parallel: bool) -> str:
     return "conv"
 
 
+def conv_bound(setup: ConvSetup, out: Ref, work: list, fallback: list[Call], note: str) -> Bound:
+    """The conv family's run of ``setup`` into ``out`` (its im2col buffer appended to ``work``)."""
+    work.append(((setup.col_size,), setup.dtype))
+    col = W(len(work) - 1)
+    parallel = setup.parallel
+    if parallel or setup.nprep or setup.nparts > 1:
+        fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
+        native = [Call(fn, setup.args(out, col) + (setup.nparts, setup.nprep))]
+    else:   # one part on this thread: the algorithm's part function, called directly
+        native = [Call(kconv.part_function(setup.geo), setup.args(out, col) + (0, 1))]
+    types = setup.types()
+    return Bound(fallback, mode="native", note=note,
+                 request=KernelRequest("conv", lambda alias: compile_conv(types, setup.geo, parallel),
+                                       lambda kern, alias: native))
+
+
 class ConvImpl(StepImpl):
     """2-D convolution: the conv family's kernels (``tlc.kernels.conv``: im2col + BLAS, direct, depthwise) in
     parts; numpy's im2col + BLAS where the family cannot run it (JIT off, other dtypes, runtime weights)."""
@@ -599,18 +693,7 @@ class ConvImpl(StepImpl):
             setup = ConvSetup(ctx, self.attrs)
         except NotNative as exc:
             return Bound(fallback, note=f"{note} (numpy): {exc}")
-        work.append(((setup.col_size,), setup.dtype))
-        col = W(len(work) - 1)
-        parallel = setup.parallel
-        if parallel or setup.nprep or setup.nparts > 1:
-            fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
-            native = [Call(fn, setup.args(out, col) + (setup.nparts, setup.nprep))]
-        else:   # one part on this thread: the algorithm's part function, called directly
-            native = [Call(kconv.part_function(setup.geo), setup.args(out, col) + (0, 1))]
-        types = setup.types()
-        return Bound(fallback, mode="native", note=setup.note,
-                     request=KernelRequest("conv", lambda alias: compile_conv(types, setup.geo, parallel),
-                                           lambda kern, alias: native))
+        return conv_bound(setup, out, work, fallback, setup.note)
 
     def _numpy(self, ctx: BindContext, out: Ref, work: list) -> tuple[list[Call], str]:
         """The library's numpy convolution (the fallback while the family's kernel compiles)."""
