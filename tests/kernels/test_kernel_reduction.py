@@ -60,6 +60,8 @@ def test_decomposed_layer_norm(kcache, dtype, with_pow):
     sched = schedule_rows(kernel.plan, kernel.layout)
     assert sched.npasses == 3  # sum x | sum (x - mean)^2 | write
     assert "ml.pow_f32" not in kernel.source  # Pow(d, 2) is d * d
+    # the variance's sum recomputes (x - mean)^2 from the kept x - mean: no scratch row of its own
+    assert "ss_" not in kernel.source and "sc_" in kernel.source
     ir = "\n".join(next(iter(kernel._variants.values())).kernel_serial.inspect_llvm().values())
     assert vectorized(ir, dtype)
 
@@ -81,6 +83,7 @@ def test_softmax_and_log_softmax_are_stable_and_handle_inf_and_nan(kcache):
     sched = schedule_rows(kernel.plan, kernel.layout)
     assert sched.npasses == 3 and sched.materialized  # exp(x - max) is kept, not recomputed
     assert kernel.source.count("ml.exp_f32") == 2  # once per function (serial, parallel)
+    assert "ss_" not in kernel.source  # the sum of the exps reads the kept exps back
 
 
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean", "ReduceSumSquare", "ReduceL2",
