@@ -188,6 +188,28 @@ def test_nested_if_is_compiled_inside_the_loop_body():
     assert "If: 2 compiled branches" in _step(body.plan, "If").reason
 
 
+def test_an_if_in_a_loop_counts_every_call_and_takes_the_kernels_that_arrive():
+    """Each calling thread keeps a run of each branch from call to call (``BodyRun.held``): every call still
+    counts towards the lazy JIT, and the branch runs its kernels once they arrive."""
+    g, _ = from_onnx(nested_if_loop())
+    plan = tlc.compile(g, opt_level=2, jit="lazy", hot_threshold=3)
+    feeds = {"x": np.array([0.5, -1.0, 2.0], np.float32), "n": np.array(4, np.int64)}
+    want = tlc.reference.run(g, feeds)
+    (loop,) = [st for st in plan.program.steps if st.node.op == "Loop"]
+    (body,) = [entry[0] for entry in loop.impl.body._plans.values()]
+    (if_step,) = [st for st in body.plan.program.steps if st.node.op == "If"]
+    branches = [entry[0].plan for branch in if_step.impl.branches for entry in branch._plans.values()]
+    for _ in range(2):   # each branch is called twice a run: hot on its third call
+        _close(plan.run(feeds), want)
+    assert plan.wait_for_jit(timeout=60)
+    assert all(b.jobs and all(j.status == "ready" for j in b.jobs) for b in branches)
+    _close(plan.run(feeds), want)
+    (body_state,) = body.plan._specs.values()
+    (run_if,) = [a.bound.calls[0].fn for a in body_state.spec.active if a.step.node.op == "If"]
+    for run in run_if.held.runs:   # the runs this thread kept took the runner made with the kernels
+        assert run.state.spec.generation > 0 and run.slot[1] is run.state.runner(False)
+
+
 def test_growing_carried_value_keeps_the_body_signatures_bounded():
     """A carried value that grows by a row an iteration: a new body signature each time, at most
     ``max_specializations`` of them kept."""

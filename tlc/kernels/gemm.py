@@ -156,6 +156,10 @@ def in_place(dtype, b_unit_columns: bool, n: int, k: int, alpha: float) -> bool:
             and alpha == 1.0 and panel.fast())
 
 
+#: the whole product on the calling thread (``matmul`` with one part), called directly by the plans' runners
+matmul_serial = _matmul_serial
+
+
 def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray, offs: np.ndarray, alpha: float, cols: bool,
            nparts: int, packed: np.ndarray = UNPACKED) -> None:
     """The whole product into ``c`` (see the module docstring): serially, or in parts on Numba's pool;

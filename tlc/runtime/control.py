@@ -226,6 +226,28 @@ class BodyRun:
         except Exception as exc:  # say which node of the body failed, as Plan.run would
             raise self.body.plan._failure(self.slot[1], self.state.spec, exc) from exc
 
+    def held(self, inputs: list) -> tuple:
+        """A run of a body called once per execution of its step (an If's branch) by a run kept from call to
+        call: as ``__call__``, and each call counts towards the lazy JIT and takes the newest runner (kernels
+        that arrived since the last call)."""
+        feeds = self.body.feeds(inputs)
+        shapes = tuple([a.shape for a in feeds])
+        if shapes != self.shapes:
+            self._switch(feeds, shapes)
+        else:
+            state, slot = self.state, self.slot
+            if self.body.lazy and state.runs.incr() == self.body.hot:
+                self.body.plan._submit(state.spec)
+            runner = state.runner(False)
+            if slot[1] is not runner:
+                slot[1], slot[2] = runner, runner.bind(slot[0])
+        try:
+            return self.slot[2](*feeds)
+        except TlcError:
+            raise
+        except Exception as exc:  # say which node of the body failed, as Plan.run would
+            raise self.body.plan._failure(self.slot[1], self.state.spec, exc) from exc
+
     def _switch(self, feeds: list, shapes: tuple) -> None:
         self.close()
         self.state = self.body.state(feeds, shapes)
@@ -395,17 +417,25 @@ class IfImpl(StepImpl):
         for plan in plans:
             plan.prepare(ctx.in_types[1:])
         node = ctx.node
+        # NOTE: each calling thread keeps a run of each branch, with its runner and arena, from one call to the
+        # next (a branch's outputs are fresh arrays, never its arena's): an If in a Loop's body took ~3 us an
+        # iteration to look its branch's specialization up and take and give back an arena
+        local = threading.local()
 
         def run_if(cond, *captures):
             if cond is None or cond.size != 1:
                 raise ExecutionError(f"node {node.name!r} (If): the condition must hold one element, got "
                                      f"{None if cond is None else list(cond.shape)}")
-            branch = then_b if cond.reshape(-1)[0] else else_b
+            runs = getattr(local, "runs", None)
+            if runs is None:
+                runs = local.runs = (BodyRun(then_b), BodyRun(else_b))
+            run = runs[0] if cond.reshape(-1)[0] else runs[1]
             try:
-                return branch.call([_contiguous(c) for c in captures])
+                return run.held([_contiguous(c) for c in captures])
             except TlcError as exc:
                 raise _fail(node, exc) from exc
 
+        run_if.held = local   # for inspection: the runs this thread keeps
         return _bound(ctx, plans, run_if, False, self.reason)
 
 

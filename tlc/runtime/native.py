@@ -317,8 +317,12 @@ class ProductImpl(StepImpl):
             return Bound(fallback, note="numpy matmul (jit='off')", blas=True)
         types = prod.types()
         args = (prod.offs, prod.alpha, prod.cols, prod.packed, prod.nparts, *prod.views)
-        native = (Call(product, (prod.a, prod.b, out) + args) if prod.promoted is None
-                  else Call(promoted_product, (prod.a, prod.b, out, prod.promoted) + args))
+        if prod.promoted is not None:
+            native = Call(promoted_product, (prod.a, prod.b, out, prod.promoted) + args)
+        elif prod.nparts == 1 and not any(prod.views):   # the serial driver itself: two Python calls fewer
+            native = Call(gemm.matmul_serial, (prod.a, prod.b, out, prod.offs, prod.alpha, prod.packed))
+        else:
+            native = Call(product, (prod.a, prod.b, out) + args)
         request = KernelRequest("product", lambda alias: compile_product(types, prod.nparts),
                                 lambda kernel, alias: [native] + tail)
         return Bound(fallback, mode="native", note=prod.note, request=request, blas=True)
