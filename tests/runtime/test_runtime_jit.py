@@ -190,3 +190,12 @@ def test_a_failing_step_is_named(rng):
     np.testing.assert_array_equal(plan.run({"x": x0, "idx": np.array([3, 0])})["y"], np.maximum(x0, 0)[[3, 0]])
     with pytest.raises(tlc.ExecutionError, match=r"node 'Gather' \(Gather\) failed on inputs .*IndexError"):
         plan.run({"x": x0, "idx": np.array([7, 0])})
+
+
+def test_the_jit_thread_runs_parallel_functions_on_itself_alone():
+    """A build that calls its kernel must not start an OpenMP team on the JIT thread: libgomp, counting more
+    threads than CPUs, would cut every idle worker's spin and each region of later runs would wake one."""
+    from tlc.runtime import jit
+
+    counts = jit._pool().submit(numba.get_num_threads).result(timeout=60)
+    assert counts == 1
