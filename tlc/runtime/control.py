@@ -219,12 +219,7 @@ class BodyRun:
         shapes = tuple([a.shape for a in feeds])
         if shapes != self.shapes:
             self._switch(feeds, shapes)
-        try:
-            return self.slot[2](*feeds)
-        except TlcError:
-            raise
-        except Exception as exc:  # say which node of the body failed, as Plan.run would
-            raise self.body.plan._failure(self.slot[1], self.state.spec, exc) from exc
+        return self._run(feeds)
 
     def held(self, inputs: list) -> tuple:
         """A run of a body called once per execution of its step (an If's branch) by a run kept from call to
@@ -241,6 +236,9 @@ class BodyRun:
             runner = state.runner(False)
             if slot[1] is not runner:
                 slot[1], slot[2] = runner, runner.bind(slot[0])
+        return self._run(feeds)
+
+    def _run(self, feeds: list) -> tuple:
         try:
             return self.slot[2](*feeds)
         except TlcError:
