@@ -143,6 +143,7 @@ def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
     tasks = {int(t) for t in os.listdir("/proc/self/task")}
     assert team.workers and me not in team.workers and set(team.workers) <= tasks
     assert all(cpus == before - during for cpus in held.values())
+    assert all(os.sched_getaffinity(tid) == before for tid in team.workers)   # let go after the run too
     monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: True)
     gov._long = True
     with gov:
