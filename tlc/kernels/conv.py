@@ -1065,6 +1065,12 @@ def prepare_winograd(x, w, bias, geo, col, p, nprep):
         g = end
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _clamp_at(geo):
+    """The address of the clamp's two float32 bounds in ``geo`` (``set_clamp``), or 0 where there is none."""
+    return geo.ctypes.data + CLAMP_BOUNDS * 8 if geo[CLAMP] else 0
+
+
 @njit(cache=True, nogil=True)
 def part_depthwise(x, w, bias, geo, acc, col, p, nparts):
     """Part ``p`` of ``nparts`` of a DEPTHWISE conv: a run of (image, channel) planes."""
@@ -1074,7 +1080,7 @@ def part_depthwise(x, w, bias, geo, acc, col, p, nparts):
     own = col[p * (col.shape[0] // nparts):]
     if geo[KIND] == DEPTHWISE_VECTORS:
         m_all, hw_in, item = geo[M], geo[H] * geo[W], 4
-        clamp = geo.ctypes.data + CLAMP_BOUNDS * 8 if geo[CLAMP] else 0
+        clamp = _clamp_at(geo)
         q = q0
         while q < q1:   # runs of planes within one image (weights and bias follow the channel)
             m0 = q % m_all
@@ -1171,9 +1177,9 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
     channels = geo[KIND] == LANES_CHANNELS
     # the bias is where the kernel's accumulators start: a column's (channels in lanes) or a row's
     mode = BIAS_NONE if bias.shape[0] == 0 else BIAS_COLUMNS if channels else BIAS_ROWS
-    if geo[CLAMP]:
+    clamp = _clamp_at(geo)
+    if clamp:
         mode |= panel.CLAMP
-    clamp = geo.ctypes.data + CLAMP_BOUNDS * 8
     if geo[MODE] == TILES:   # positions [i0, i1) of each image: whole tiles of rows, or whole panels
         step = panel.TILE if channels else panel.PANEL
         tiles = (hw + step - 1) // step

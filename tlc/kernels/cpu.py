@@ -431,10 +431,11 @@ def _row_pass(plan: KernelPlan, variant: Variant, sched: RowSchedule, p: int, le
         if sched.element_pass[v] == p and v in sched.computed[p]
     ]
     split = _split_sums(plan, variant, sched, p)
+    sources = {r: _sum_source(plan, sched, p, r) for r in split}
     for r in reduces:
         if r not in split:
             body += _acc_update(r)
-        elif _sum_source(plan, sched, p, r) is None:
+        elif sources[r] is None:
             body.append(M.store(f"ss_{r.target}", unsigned(j), M.name(r.source)))
     for m, var in plan.stores:
         if sched.is_element(var) and sched.element_pass[var] == p:
@@ -448,7 +449,7 @@ def _row_pass(plan: KernelPlan, variant: Variant, sched: RowSchedule, p: int, le
     loops = [M.loop("j", M.integer(0), M.name(length), body)]
     for r in split:   # the sum alone over what the pass kept or recomputes from it: a loop of loads only
         acc = f"acc_{r.target}"
-        source = _sum_source(plan, sched, p, r)
+        source = sources[r]
         if source is None:
             term, prelude = M.index(f"ss_{r.target}", unsigned(j)), []
         else:

@@ -245,7 +245,7 @@ class _Emitter:
         b.position_at_end(after)
         true = ir.Constant(ir.VectorType(ir.IntType(1), LANES), [1] * LANES)
         masks = self.masks if masked else [true, true]
-        acc = [self.clamped(v) for v in acc]
+        acc = [_clamped(b, v, self.clamp_bounds) for v in acc]
         with b.if_else(b.icmp_signed("==", self.c_j, _const(1))) as (rows, scattered):
             with rows:   # C's rows are contiguous: whole vectors (under masks past N)
                 for a in range(height):
@@ -264,10 +264,6 @@ class _Emitter:
                         ptrs = b.inttoptr(b.add(_splat(b, at, ir.VectorType(_i64, LANES)), self.lane_bytes),
                                           _ptrs)
                         b.call(self.scatter, [acc[2 * a + half], ptrs, ir.Constant(_i32, 4), masks[half]])
-
-
-    def clamped(self, v):
-        return _clamped(self.b, v, self.clamp_bounds)
 
 
 def _clamp_bounds(b: ir.IRBuilder, flags, clamp) -> list:
@@ -299,7 +295,7 @@ def _clamped(b: ir.IRBuilder, v, bounds):
 class _DepthwiseEmitter:
     """The IR of ``tlc_dw3x3(x, w, bias, out, planes, h, width, ho, wo, stride, flags, clamp)``: a 3x3
     depthwise convolution with padding 1 and stride 1 or 2 over ``planes`` consecutive planes (input [h, width],
-    output [ho, wo], weights 9 per plane, a bias per plane where ``flags`` has bit 1, the outputs clamped to the
+    output [ho, wo], weights 9 per plane, a bias per plane where ``flags`` has bit 0, the outputs clamped to the
     two float32 at ``clamp`` where it has the ``CLAMP`` bit). Vectors of 16 outputs along an output
     row: per vector nine masked loads of the input (the masks drop the padding's columns and the lanes past the
     row; a stride-2 load takes two vectors and keeps their even lanes) and nine fused multiply-adds with the

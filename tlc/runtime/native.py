@@ -415,7 +415,8 @@ class EpilogueImpl(StepImpl):
 
     def _absorbed(self, ctx: BindContext, sub: BindContext, elementwise: Graph, ew_types: list) -> Bound | None:
         """The group as one conv whose kernel adds the bias and clamps as it stores, where the epilogue is no more
-        than that (``clamp_epilogue``) and the cost model picks the PANEL kernel; else None."""
+        than that (``clamp_epilogue``) and the cost model picks a kernel that clamps (``kconv.clamps``); else
+        None."""
         if len(ctx.outputs) != 1 or ew_types[0].dtype != "float32" or len(ew_types[0].shape) != 4:
             return None
         found = clamp_epilogue(elementwise, ew_types[0].shape[1])
@@ -430,9 +431,7 @@ class EpilogueImpl(StepImpl):
             bias = np.ascontiguousarray(np.asarray(value, np.float32).reshape(-1))
         try:
             setup = ConvSetup(sub, self.head_attrs, with_bias=False, bias=bias, clamp=bounds)
-        except NotNative:
-            return None
-        if not kconv.clamps(setup.geo):
+        except NotNative:   # among them: no kernel that clamps as it stores (refused before the weights are packed)
             return None
         work: list = []
         what = [w for w, present in (("bias", bias is not None), (self.elementwise.ops()[-1].op, bounds is not None))
@@ -503,8 +502,8 @@ class EpilogueImpl(StepImpl):
 
 def clamp_epilogue(elementwise: Graph, channels: int) -> tuple[int | None, tuple[float, float] | None] | None:
     """(the elementwise input added first as a per-channel bias, or None; the bounds of a Relu or of a Clip with
-    constant bounds after it, or None) where a conv's epilogue is no more than those two, the work the PANEL
-    kernel does as it stores; None for any other epilogue."""
+    constant bounds after it, or None) where a conv's epilogue is no more than those two, the work
+    ``tlc.kernels.panel``'s kernels do as they store; None for any other epilogue."""
     ops = elementwise.ops()
     current = Value(elementwise.inputs[0].id, 0)
     bias_input = None
@@ -606,6 +605,10 @@ class ConvSetup:
             algo = kconv.GEMM                                              # algorithm that reads them unpacked
         self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo, epilogue=epilogue)
         kconv.use_vector_depthwise(self.geo, self.dtype)
+        if clamp is not None:   # an epilogue the kernel takes over (``EpilogueImpl._absorbed``)
+            if not kconv.clamps(self.geo):
+                raise NotNative(f"{kconv.ALGO_NAMES[self.geo[kconv.ALGO]]} does not clamp as it stores")
+            kconv.set_clamp(self.geo, *clamp)
         # parts on the pool (else in order on the calling thread): several parts, and work worth a region
         self.parallel = self.nparts > 1 and kconv.parallel(self.geo, ctx.threads)
         self.weights: Any = F(ctx.inputs[1]) if weights is None else \
@@ -613,16 +616,12 @@ class ConvSetup:
         self.w_size = int(np.prod(w))
         # C-contiguous operands only: the family's parts get them by address (``tlc.kernels.entries``)
         self.x = np.ascontiguousarray(ctx.const(0)) if ctx.const(0) is not None else V(ctx.inputs[0])
-        self.bias: Any = np.zeros(0, self.dtype)
+        self.bias: Any = np.zeros(0, self.dtype) if bias is None else bias   # given: an absorbed epilogue's
         if with_bias and len(ctx.inputs) > 2 and ctx.in_types[2] is not None:
-            bias = ctx.const(2)
-            if bias is None and not ctx.contiguous(2):
+            own = ctx.const(2)
+            if own is None and not ctx.contiguous(2):
                 raise NotNative("a strided conv bias")
-            self.bias = np.ascontiguousarray(bias, self.dtype) if bias is not None else V(ctx.inputs[2])
-        if bias is not None:   # a bias given by an epilogue the kernel takes over (``EpilogueImpl._absorbed``)
-            self.bias = bias
-        if clamp is not None and kconv.clamps(self.geo):
-            kconv.set_clamp(self.geo, *clamp)
+            self.bias = np.ascontiguousarray(own, self.dtype) if own is not None else V(ctx.inputs[2])
         self.out_shape = y
         algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]]
         self.note = f"{algo}, {self.nparts} part(s)" if self.nparts > 1 else algo

@@ -132,7 +132,7 @@ class Placement:
     def _team(self, threads: int) -> _Team:
         ident = threading.get_ident()
         team = self._teams.get(ident)
-        if team is None or len(team.workers) < threads - 1:
+        if team is None or (team.depth == 0 and len(team.workers) < threads - 1):
             seen: list[int] = []
 
             def member(_data):
@@ -197,8 +197,8 @@ class Placement:
         for tid in team.workers:
             try:
                 os.sched_setaffinity(tid, cpus)
-            except OSError:           # a worker that has exited (libgomp shrank its pool): find them again
-                self._teams.pop(threading.get_ident(), None)
+            except OSError:           # a worker that has exited (libgomp shrank its pool): the next placed run
+                team.workers = []     # finds them again (the team stays: its caller's mask is given back)
                 return
 
     def exit(self) -> None:
@@ -254,13 +254,13 @@ class Governor:
                 self._place = place if place.enabled else None
         if self._get() != self.threads:
             self._set(self.threads)
-        placed = self._place is not None and self._long
-        if placed:
-            self._place.enter(self.threads)
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        stack.append((placed, time.perf_counter()))
+        if self._place is not None:   # runs at one thread (or unplaceable) keep no timings
+            if self._long:
+                self._place.enter(self.threads)
+            stack = getattr(self._local, "stack", None)
+            if stack is None:
+                stack = self._local.stack = []
+            stack.append((self._long, time.perf_counter()))
         if self.uses_blas:
             with _lock:
                 if _depth == 0:
@@ -271,8 +271,8 @@ class Governor:
 
     def __exit__(self, *exc) -> None:
         global _depth
-        placed, start = self._local.stack.pop()
         if self._place is not None:
+            placed, start = self._local.stack.pop()
             if placed:
                 self._place.exit()
             self._long = time.perf_counter() - start >= PLACE_MIN_S
