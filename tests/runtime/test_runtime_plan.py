@@ -16,7 +16,9 @@ def assert_same(plan, graph, feeds):
     assert list(got) == list(want)
     for name in want:
         assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=name)
+        # float32 sums in another order: an absolute error relative to the output's scale (products of ~48)
+        scale = max(1.0, float(np.abs(want[name]).max()))
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6 * scale, err_msg=name)
     return got
 
 

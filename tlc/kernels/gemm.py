@@ -87,10 +87,18 @@ def _call(a, b, c, offs, bi, r0, r1, c0, c1, alpha, packed):
     if packed.size == 1:
         panel_strided(pb, b_rs, PANEL, pa, a_rs, a_cs, pc, n, 1, r1 - r0, k, c1 - c0, 0, BIAS_NONE)
         return
+    # BLAS may skip the product when alpha is 0 (OpenBLAS does on some CPUs); ONNX keeps 0 * NaN and 0 * inf
+    scale = 1.0 if alpha == 0.0 else alpha
     if item == 4:
-        gemm_f32(r1 - r0, c1 - c0, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)
+        gemm_f32(r1 - r0, c1 - c0, k, scale, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)
     else:
-        gemm_f64(r1 - r0, c1 - c0, k, alpha, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)
+        gemm_f64(r1 - r0, c1 - c0, k, scale, pa, a_rs, a_cs, pb, b_rs, b_cs, 0.0, pc, n)
+    if alpha == 0.0:
+        flat = c.reshape(-1)
+        base = offs[bi, 2] // item + r0 * n + c0
+        for i in range(r1 - r0):
+            for j in range(c1 - c0):
+                flat[base + i * n + j] *= 0.0
 
 
 @njit(cache=True, nogil=True)
