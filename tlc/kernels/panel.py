@@ -417,20 +417,25 @@ class _DepthwiseEmitter:
         keep = b.icmp_signed("<", b.add(_splat(b, j0, vi64), self.lanes), _splat(b, self.wo, vi64))
         width = _splat(b, self.width, vi64)
         everything = ir.Constant(ir.VectorType(ir.IntType(1), LANES), [1] * LANES)
-        loads = []   # per kj: (offset of the first column from j0 * stride, mask) of each vector it loads
+        loads = []   # per vector a row loads: (its first column, its mask)
 
         def inside(first, lanes, kept):
             cols = b.add(_splat(b, first, vi64), lanes)
             return b.and_(b.and_(b.icmp_signed(">=", cols, ir.Constant(vi64, [0] * LANES)),
                                  b.icmp_signed("<", cols, width)), kept)
 
-        for kj in range(3):
-            first = b.add(b.mul(j0, _const(stride)), _const(kj - 1))   # the input column of lane 0
-            if stride == 1:
-                loads.append([(first, inside(first, self.lanes, keep))])
-            else:   # two vectors, every lane read where it is in the row; their even lanes kept
-                loads.append([(first, inside(first, self.lanes, everything)),
-                              (b.add(first, _const(LANES)), inside(first, self.lanes2, everything))])
+        if stride == 1:
+            for kj in range(3):
+                first = b.add(j0, _const(kj - 1))   # the input column of lane 0
+                loads.append((first, inside(first, self.lanes, keep)))
+        else:   # columns [2 j0 - 1, 2 j0 + 32): two whole vectors and the first lane of a third, read where
+            # they are in the row; the taps' columns are their even lanes, their odd lanes, and the even ones
+            # a column on
+            first = b.sub(b.mul(j0, _const(2)), _const(1))
+            lane0 = ir.Constant(ir.VectorType(ir.IntType(1), LANES), [1] + [0] * (LANES - 1))
+            loads = [(first, inside(first, self.lanes, everything)),
+                     (b.add(first, _const(LANES)), inside(first, self.lanes2, everything)),
+                     (b.add(first, _const(2 * LANES)), inside(b.add(first, _const(2 * LANES)), self.lanes, lane0))]
         _Emitter.loop(self, _const(0), self.ho, lambda oh: self.vector(oh, j0, keep, loads, stride), "oh")
 
     def vector(self, oh, j0, keep, loads, stride: int) -> None:
@@ -443,14 +448,18 @@ class _DepthwiseEmitter:
             before = b.block
             with b.if_then(inside):
                 row = b.gep(self.x, [b.mul(ih, self.width)])
+                vectors = [b.call(self.load, [b.bitcast(b.gep(row, [first]), _vec.as_pointer()),
+                                              ir.Constant(_i32, 4), mask, self.zero]) for first, mask in loads]
+                if stride == 2:
+                    lanes = ir.VectorType(_i32, LANES)
+                    a, c, tail = vectors
+                    shifted = b.shuffle_vector(a, c, ir.Constant(lanes, list(range(2, 2 * LANES, 2)) + [0]))
+                    vectors = [b.shuffle_vector(a, c, ir.Constant(lanes, list(range(0, 2 * LANES, 2)))),
+                               b.shuffle_vector(a, c, ir.Constant(lanes, list(range(1, 2 * LANES, 2)))),
+                               b.shuffle_vector(shifted, tail, ir.Constant(lanes, list(range(LANES - 1)) + [LANES]))]
                 summed = acc
                 for kj in range(3):
-                    vectors = [b.call(self.load, [b.bitcast(b.gep(row, [first]), _vec.as_pointer()),
-                                                  ir.Constant(_i32, 4), mask, self.zero])
-                               for first, mask in loads[kj]]
-                    v = vectors[0] if stride == 1 else b.shuffle_vector(
-                        vectors[0], vectors[1], ir.Constant(ir.VectorType(_i32, LANES), list(range(0, 2 * LANES, 2))))
-                    summed = b.call(self.fma, [v, self.taps[3 * ki + kj], summed])
+                    summed = b.call(self.fma, [vectors[kj], self.taps[3 * ki + kj], summed])
                 done = b.block
             merged = b.phi(_vec)
             merged.add_incoming(acc, before)
