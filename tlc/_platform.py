@@ -14,9 +14,12 @@ its Haswell (AVX2) kernels are faster. Measured on the 2-core EPYC (Zen 4), one 
 
 (transformer_block at one thread: 21.4 ms with SkylakeX, 19.6 ms with Haswell kernels.) So when tlc is imported
 before numpy on such a CPU, it asks OpenBLAS for its Haswell kernels (``OPENBLAS_CORETYPE=Haswell``), unless
-the user chose a core type. Once numpy has loaded, the choice is made; ``blas_note()`` then says how to get the
-faster kernels. ``import tlc`` imports this module first, which makes the choice. This is a leaf module: it
-imports nothing of tlc, and nothing that loads numpy.
+the user chose a core type. Zen 5 (CPU family 26) runs AVX-512 at full width, and there the SkylakeX kernels,
+which OpenBLAS picks by itself, are the fast ones (2-core EPYC Zen 5, one thread, GFLOP/s SkylakeX / Haswell:
+128 x 768 x 768 214 / 119, 128 x 768 x 3072 179 / 111, 64 x 784 x 1024 140 / 115, 512^3 235 / 120): the
+choice is Zen 4's only (CPU family 25). Once numpy has loaded, the choice is made; ``blas_note()`` then says
+how to get the faster kernels. ``import tlc`` imports this module first, which makes the choice. This is a leaf
+module: it imports nothing of tlc, and nothing that loads numpy.
 """
 
 from __future__ import annotations
@@ -27,26 +30,35 @@ import sys
 _applied = False
 
 
-def _cpu_flags() -> tuple[str, set[str]]:
+#: AMD's CPU family of Zen 3 and Zen 4 (Zen 5 is 26)
+ZEN4_FAMILY = 25
+
+
+def _cpu_flags() -> tuple[str, set[str], int]:
+    """The first CPU's vendor, flags and family in /proc/cpuinfo."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             text = f.read(65536)
     except OSError:
-        return "", set()
-    vendor, flags = "", set()
+        return "", set(), -1
+    vendor, flags, family = "", set(), -1
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "vendor_id" and not vendor:
+        key = key.strip()
+        if key == "vendor_id" and not vendor:
             vendor = value.strip()
-        elif key.strip() == "flags" and not flags:
+        elif key == "flags" and not flags:
             flags = set(value.split())
-    return vendor, flags
+        elif key == "cpu family" and family < 0 and value.strip().isdigit():
+            family = int(value)
+    return vendor, flags, family
 
 
 def wants_haswell_kernels() -> bool:
-    """An AMD CPU with AVX-512 (Zen 4 or later), where OpenBLAS's Haswell kernels beat its SkylakeX ones."""
-    vendor, flags = _cpu_flags()
-    return vendor == "AuthenticAMD" and "avx512f" in flags
+    """An AMD CPU with AVX-512 in family 25 (Zen 4: AVX-512 in two 256-bit halves), where OpenBLAS's Haswell
+    kernels beat its SkylakeX ones."""
+    vendor, flags, family = _cpu_flags()
+    return vendor == "AuthenticAMD" and "avx512f" in flags and family == ZEN4_FAMILY
 
 
 def choose_blas_kernels(environ: dict | None = None, numpy_loaded: bool | None = None) -> bool:
@@ -65,8 +77,8 @@ def blas_note() -> str:
     """Empty, or why numpy's BLAS runs slower kernels than it could here."""
     if _applied or "OPENBLAS_CORETYPE" in os.environ or not wants_haswell_kernels():
         return ""
-    return ("numpy was imported before tlc, so OpenBLAS runs its SkylakeX kernels on this AMD CPU; its Haswell "
-            "kernels are up to 30% faster here: import tlc first, or set OPENBLAS_CORETYPE=Haswell")
+    return ("numpy was imported before tlc, so OpenBLAS runs its SkylakeX kernels on this AMD Zen 4 CPU; its "
+            "Haswell kernels are up to 30% faster here: import tlc first, or set OPENBLAS_CORETYPE=Haswell")
 
 
 choose_blas_kernels()

@@ -210,3 +210,16 @@ def test_blas_kernels_are_chosen_before_numpy_loads_and_never_over_the_users_cho
     monkeypatch.setattr(_platform, "wants_haswell_kernels", lambda: False)
     other: dict[str, str] = {}
     assert not _platform.choose_blas_kernels(other, numpy_loaded=False) and other == {}
+
+
+@pytest.mark.parametrize("vendor, flags, family, wanted", [
+    ("AuthenticAMD", {"avx2", "avx512f"}, 25, True),     # Zen 4: AVX-512 in halves, Haswell kernels faster
+    ("AuthenticAMD", {"avx2", "avx512f"}, 26, False),    # Zen 5: full-width AVX-512, SkylakeX kernels 1.2-2x faster
+    ("AuthenticAMD", {"avx2"}, 25, False),               # Zen 3: OpenBLAS's own choice
+    ("GenuineIntel", {"avx2", "avx512f"}, 6, False),
+])
+def test_haswell_kernels_are_asked_for_on_zen_4_only(monkeypatch, vendor, flags, family, wanted):
+    from tlc import _platform
+
+    monkeypatch.setattr(_platform, "_cpu_flags", lambda: (vendor, flags, family))
+    assert _platform.wants_haswell_kernels() is wanted
