@@ -128,11 +128,23 @@ def test_parts_return_contiguous_ranges_that_tile_the_output():
             assert K.deferred(geo) or (covered == 1).all(), (K.ALGO_NAMES[algo], nparts)
 
 
-def test_the_cost_model_picks_blas_winograd_direct_and_depthwise_where_each_wins():
-    def geometry(c, h, m, k, s=1, group=1):
-        ho = (h + 2 * (k // 2) - k) // s + 1
-        return K.conv_geometry((1, c, h, h), (m, c // group, k, k), (1, m, ho, ho), (s, s), (k // 2,) * 2, (1, 1),
-                               group)
+def _host(monkeypatch, zen4: bool, full_avx512: bool, blas_core: str) -> None:
+    """The cost model with the rates of such a host (``K.host_rates``), whatever this one is."""
+    blas, panel_rate = K.host_rates(zen4, full_avx512, blas_core)
+    monkeypatch.setattr(K, "BLAS_MACS_PER_S", blas)
+    monkeypatch.setattr(K, "WINO_MACS_PER_S", blas)
+    monkeypatch.setattr(K, "PANEL_MACS_PER_S", panel_rate)
+
+
+def _geometry(c, h, m, k, s=1, group=1):
+    ho = (h + 2 * (k // 2) - k) // s + 1
+    return K.conv_geometry((1, c, h, h), (m, c // group, k, k), (1, m, ho, ho), (s, s), (k // 2,) * 2, (1, 1), group)
+
+
+def test_the_cost_model_picks_blas_winograd_direct_and_depthwise_where_each_wins(monkeypatch):
+    """On Zen 4 (where the rates were measured)."""
+    _host(monkeypatch, zen4=True, full_avx512=False, blas_core="Haswell")
+    geometry = _geometry
 
     assert K.choose(geometry(64, 56, 128, 3, s=2)) == K.GEMM            # strided: no Winograd
     assert K.choose(geometry(256, 14, 256, 1)) == K.GEMM                # pointwise: BLAS on the input
@@ -150,6 +162,19 @@ def test_the_cost_model_picks_blas_winograd_direct_and_depthwise_where_each_wins
     assert K.choose(geometry(3, 224, 32, 3, s=2), panels=True) == K.PANEL
     assert K.panel_lanes(geometry(3, 224, 32, 3, s=2))[0] == K.LANES_POSITIONS
     assert K.panel_lanes(geometry(3, 224, 64, 7, s=2))[0] == K.LANES_CHANNELS     # 147 deep: the streams thrash
+    assert K.choose(geometry(3, 224, 64, 7, s=2), panels=True) == K.GEMM
+
+
+def test_the_cost_model_follows_the_hosts_vector_width_and_blas_kernels(monkeypatch):
+    """Full-width AVX-512 (Zen 5): the panel kernel ~1.5x OpenBLAS's AVX2 kernels, which the environment may
+    pin (OPENBLAS_CORETYPE=Haswell), and slower than its AVX-512 ones (measured in ``K.host_rates``)."""
+    stem, pointwise = _geometry(3, 224, 64, 7, s=2), _geometry(256, 28, 256, 1)   # ResNet-50's
+    _host(monkeypatch, zen4=False, full_avx512=True, blas_core="Haswell")
+    assert K.choose(stem, panels=True) == K.PANEL                 # 1.74 ms against 2.68 im2col + BLAS
+    assert K.choose(pointwise, panels=True) == K.PANEL            # 666 us against 883
+    _host(monkeypatch, zen4=False, full_avx512=True, blas_core="SkylakeX")
+    assert K.choose(pointwise, panels=True) == K.GEMM             # 458 us against 688
+    assert K.choose(_geometry(64, 56, 64, 3), panels=True) == K.WINOGRAD
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

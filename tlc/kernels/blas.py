@@ -34,31 +34,34 @@ ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 _NAMINGS = (("scipy_", "64_"), ("", "64_"))
 
 
-def _find() -> tuple[ctypes.CDLL | None, str, str, str]:
-    """numpy's OpenBLAS: (library, symbol prefix, suffix, path) or (None, reason, "", "")."""
+def _find() -> tuple[ctypes.CDLL | None, str, str, str, str]:
+    """numpy's OpenBLAS: (library, symbol prefix, suffix, path, the kernels it runs: "Haswell", "SkylakeX", ...)
+    or (None, reason, "", "", "")."""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
-        return None, "threadpoolctl is not installed (it locates numpy's BLAS)", "", ""
+        return None, "threadpoolctl is not installed (it locates numpy's BLAS)", "", "", ""
     infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     if not infos:
-        return None, "numpy's BLAS library was not found", "", ""
+        return None, "numpy's BLAS library was not found", "", "", ""
     for info in infos:
         if info.get("internal_api") != "openblas":
             continue
         try:
             lib = ctypes.CDLL(info["filepath"])
         except OSError as exc:
-            return None, f"cannot open {info['filepath']}: {exc}", "", ""
+            return None, f"cannot open {info['filepath']}: {exc}", "", "", ""
         for prefix, suffix in _NAMINGS:
             if hasattr(lib, f"{prefix}cblas_sgemm{suffix}"):
-                return lib, prefix, suffix, info["filepath"]
-        return None, f"{info['filepath']} has no ILP64 cblas_sgemm (an LP64 build)", "", ""
-    return None, f"numpy's BLAS is {infos[0].get('internal_api')}, not OpenBLAS", "", ""
+                return lib, prefix, suffix, info["filepath"], str(info.get("architecture") or "")
+        return None, f"{info['filepath']} has no ILP64 cblas_sgemm (an LP64 build)", "", "", ""
+    return None, f"numpy's BLAS is {infos[0].get('internal_api')}, not OpenBLAS", "", "", ""
 
 
-_LIB, _PREFIX, _SUFFIX, PATH = _find()
+_LIB, _PREFIX, _SUFFIX, PATH, CORE = _find()
 AVAILABLE = _LIB is not None
+#: OpenBLAS's kernel sets that use AVX-512 (``CORE`` names the one it runs: its choice, or OPENBLAS_CORETYPE's)
+AVX512_CORES = frozenset({"SkylakeX", "Cooperlake", "SapphireRapids"})
 REASON = "" if AVAILABLE else _PREFIX
 
 

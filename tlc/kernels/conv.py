@@ -48,7 +48,7 @@ import numpy as np
 from numba import carray, njit, prange
 
 from . import entries, panel
-from .blas import gemm_f32, gemm_f64
+from .blas import AVX512_CORES, gemm_f32, gemm_f64
 from .entries import Entry
 from .panel import BIAS_COLUMNS, BIAS_NONE, BIAS_ROWS, depthwise_3x3, panel_strided
 
@@ -93,7 +93,30 @@ DIRECT_MACS_PER_S = 33e9
 #: input channels ran at 12-15 GMAC/s, 56x56 and larger at 30-35
 DIRECT_PASS_S = 60e-9
 DEPTHWISE_MACS_PER_S = 2e9
-BLAS_MACS_PER_S = 55e9
+
+
+def host_rates(zen4: bool, full_avx512: bool, blas_core: str) -> tuple[float, float]:
+    """(BLAS, PANEL) MAC/s of one core, the cost model's two rates that differ most between hosts; the others
+    are Zen 4's. Zen 4 runs AVX-512 as two 256-bit halves: OpenBLAS's AVX2 (Haswell) kernels ~55 G, the panel
+    kernel 1.15x that (below). A host with full-width AVX-512 (measured: 2-core EPYC Zen 5, one thread, convs
+    through ``tools/conv_shapes.py``): the panel kernel 70-100 G (1x1 256 -> 256 at 28x28 77, 3x3 512 -> 512 at
+    7x7 70, 3x3 128 -> 128 at 28x28 ~95), OpenBLAS's AVX2 kernels ~58 G and its AVX-512 ones ~105 G (the same 1x1
+    112). There the Zen 4 rates chose im2col + AVX2 BLAS for ResNet-50's 7x7 stem, 2.68 ms against 1.74 in the
+    panel kernel."""
+    if zen4 or not full_avx512:
+        return 55e9, 1.15 * 55e9
+    return (105e9 if blas_core in AVX512_CORES else 58e9), 85e9
+
+
+def _this_host() -> tuple[float, float]:
+    from .._platform import ZEN4_FAMILY, _cpu_flags
+    from .blas import CORE
+
+    vendor, _, family = _cpu_flags()
+    return host_rates(vendor == "AuthenticAMD" and family == ZEN4_FAMILY, panel.fast(), CORE)
+
+
+BLAS_MACS_PER_S, _PANEL_RATE = _this_host()
 #: output columns (positions) from which a product reaches that rate: 512 -> 512 at 7x7 (49 columns) runs at
 #: ~35 GMAC/s
 BLAS_FULL_COLUMNS = 128
@@ -109,7 +132,7 @@ IM2COL_SEGMENT_S = 5e-9
 #: transformed elements/s (unit-stride vector loops over a chunk's slots; 2-3.5 G on 7x7 planes), ~0.5 us per
 #: BLAS call. Measured on one core against im2col + BLAS: 64 -> 64 at 56x56 1.23 ms against 3.08; 128 -> 128
 #: at 28x28 1.28 against 2.69; 48 -> 16 at 128x128 1.61 against 4.67; 512 -> 512 at 7x7 3.4 against 3.4.
-WINO_MACS_PER_S = 55e9
+WINO_MACS_PER_S = BLAS_MACS_PER_S   # its 16 products are BLAS calls
 WINO_FULL_TILES = 64
 WINO_IN_ELEMS_PER_S = 4.5e9
 WINO_OUT_ELEMS_PER_S = 6e9
@@ -126,7 +149,7 @@ WINO_PAD = 48
 #: tile lacks. Measured against numpy's BLAS (1 thread): 160 x 960 x 49 (M x K x positions) 52 against 44 GMAC/s,
 #: 1280 x 320 x 49 50 against 43, 512 x 4608 x 49 45 against 38, 96 x 576 x 196 54 against 48 (all channels in
 #: lanes), 144 x 24 x 3136 53 against 46, 96 x 16 x 12544 48 against 41 (positions in lanes)
-PANEL_MACS_PER_S = 1.15 * BLAS_MACS_PER_S
+PANEL_MACS_PER_S = _PANEL_RATE   # ``host_rates``
 PANEL_SCATTER_K = 24
 #: a gathered PANEL conv deeper than this (K = C x kh x kw), or gathering more elements than the next, runs
 #: LANES_CHANNELS (``panel_lanes``)
