@@ -13,6 +13,7 @@ so in a model, where it comes from the step before, both are slower.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -104,6 +105,9 @@ def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = No
         pick = K.ALGO_NAMES.index(algo)
     col_size, nparts, nprep = K.plan_conv(geo, threads, algo=pick, lanes=lanes)
     vector = K.use_vector_depthwise(geo, np.float32)    # as the plan does (runtime/native.py)
+    in_panels = K.use_panel_products(geo, np.float32) and not os.environ.get("TLC_WINOGRAD_BLAS")
+    if geo[K.ALGO] == K.WINOGRAD and not in_panels:
+        geo[K.KIND] = K.WINO_BLAS
     packed = K.pack_weights(w, geo)
     out = np.empty((batch, m, ho, ho), np.float32)
     col = np.empty(max(1, col_size), np.float32)
@@ -112,7 +116,7 @@ def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = No
                          "ort": lambda: session.run(None, {"x": x})}, rounds)
     err = float(np.abs(out - session.run(None, {"x": x})[0]).max())
     t, o = times["tlc"], times["ort"]
-    algo = K.ALGO_NAMES[geo[K.ALGO]] + (" (vector)" if vector else "") + \
+    algo = K.ALGO_NAMES[geo[K.ALGO]] + (" (vector)" if vector else "") + (" (panel products)" if in_panels else "") + \
         ((" (channels)" if geo[K.KIND] == K.LANES_CHANNELS else " (positions)") if geo[K.ALGO] == K.PANEL else "")
     return (f"| {shape} | {threads} | {algo}, {nparts} | {np.median(t):.0f} "
             f"[{t.min():.0f}-{t.max():.0f}] | {np.median(o):.0f} [{o.min():.0f}-{o.max():.0f}] | "

@@ -25,7 +25,8 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   into 16 matrices U[16, M, C]; per chunk of 2x2 output tiles the input tiles are transformed into 16 blocks
   (B^T d B), multiplied by U in 16 BLAS products (2.25x fewer multiply-adds than im2col), and transformed back
   (A^T m A) into the output. Parts are chunks of tile rows (``TILES``, the epilogue deferred) or, when there are
-  too few tiles for every thread, (image, output-channel) rows of one shared input transform (``ROWS``).
+  too few tiles for every thread, (image, output-channel) rows of one shared input transform (``ROWS``). On
+  float32 where the panel kernel runs fast, the 16 products run in it instead of BLAS (``use_panel_products``).
 
 Parts follow the contract of ``cpu.Contraction``: ``part_<algorithm>(x, w, bias, geo, acc, col, p, nparts)``
 computes part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a
@@ -70,6 +71,9 @@ LANES_POSITIONS, LANES_CHANNELS = 0, 1
 #: DEPTHWISE's kernels (``geo[KIND]``): the Numba kernels on stride phases, or (3x3, padding 1, stride 1 or 2,
 #: float32, AVX-512: ``use_vector_depthwise``) ``tlc.kernels.panel``'s vector kernel
 DEPTHWISE_PHASES, DEPTHWISE_VECTORS = 0, 1
+#: WINOGRAD's products (``geo[KIND]``): BLAS, or (float32, a host that runs it fast: ``use_panel_products``)
+#: ``tlc.kernels.panel``'s kernel on the transformed input where it is
+WINO_BLAS, WINO_PANEL = 0, 1
 #: a column tile's im2col block stays in L2: about this many elements (K x tile columns)
 TILE_ELEMS = 1 << 17
 #: im2col buffers larger than this (elements) are gathered a tile at a time instead
@@ -230,8 +234,9 @@ def _winograd_scratch(geo) -> int:
     return int(16 * (geo[C] * slots + WINO_PAD) + 16 * (geo[M] * slots + WINO_PAD) + _winograd_q(rows, tw))
 
 
-def seconds(geo: np.ndarray, algo: int) -> float:
-    """The cost model's time for the whole convolution with ``algo`` on one core."""
+def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
+    """The cost model's time for the whole convolution with ``algo`` on one core (Winograd's products in the
+    panel kernel with ``panels``; None: as ``geo[KIND]`` says)."""
     work = macs(geo)
     if algo == WINOGRAD:
         if not winograd_applies(geo):
@@ -240,7 +245,13 @@ def seconds(geo: np.ndarray, algo: int) -> float:
         tiles, slots = rows * tw, rows * (tw + 1)   # products run over every slot, one junk a tile row
         per_chunk = min(_winograd_rows(geo), rows)
         chunk = per_chunk * tw
-        rate = WINO_MACS_PER_S * min(1.0, (chunk / WINO_FULL_TILES) ** (2 / 3))
+        if geo[KIND] == WINO_PANEL if panels is None else panels:
+            # the panel kernel at its rate, even on a chunk narrower than its 32 lanes: its operands stay in L2
+            # (measured on Zen 5, one core, whole convs: 64 -> 64 at 56x56 714 us, 512 -> 512 at 7x7, 20 slots
+            # a product, 1183 us; PANEL took 1337 and 1741, Winograd on OpenBLAS's AVX2 kernels 1170 and 2607)
+            rate = PANEL_MACS_PER_S
+        else:   # BLAS streams each product's [M, C] matrix: narrow products run slower
+            rate = WINO_MACS_PER_S * min(1.0, (chunk / WINO_FULL_TILES) ** (2 / 3))
         return 16 * geo[M] * geo[C] * slots / rate + 16 * -(-rows // per_chunk) * WINO_CALL_S + \
             16 * tiles * (geo[C] / WINO_IN_ELEMS_PER_S + geo[M] / WINO_OUT_ELEMS_PER_S)
     if algo == DEPTHWISE:
@@ -271,7 +282,20 @@ def choose(geo: np.ndarray, panels: bool = False) -> int:
     model."""
     if is_depthwise(geo):
         return DEPTHWISE
-    return min((GEMM, DIRECT, WINOGRAD) + ((PANEL,) if panels else ()), key=lambda algo: seconds(geo, algo))
+    return min((GEMM, DIRECT, WINOGRAD) + ((PANEL,) if panels else ()),
+               key=lambda algo: seconds(geo, algo, panels))
+
+
+def use_panel_products(geo: np.ndarray, dtype) -> bool:
+    """Run a WINOGRAD conv's 16 products in ``tlc.kernels.panel``'s kernel (the transformed weights broadcast,
+    the transformed input read where it is, as PANEL's positions in lanes) instead of BLAS: float32, a host that
+    runs the kernel fast; sets ``geo[KIND]``. On a Zen 5 whose OpenBLAS runs its AVX2 kernels the panel kernel
+    computes 1.5x as fast (``host_rates``)."""
+    if geo[ALGO] != WINOGRAD:
+        return False
+    fast = bool(np.dtype(dtype) == np.float32 and panel.fast())
+    geo[KIND] = WINO_PANEL if fast else WINO_BLAS
+    return fast
 
 
 def use_vector_depthwise(geo: np.ndarray, dtype) -> bool:
@@ -336,6 +360,7 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         if not winograd_applies(geo):
             raise ValueError("Winograd F(2x2, 3x3) takes 3x3 kernels, stride 1, no dilation, one group only")
         geo[TILE] = _winograd_rows(geo)
+        geo[KIND] = WINO_BLAS   # (``use_panel_products`` may pick the panel kernel)
         rows, tw = int(geo[N] * ((geo[HO] + 1) // 2)), int((geo[WO] + 1) // 2)
         if nparts > 1 and rows * tw < nparts * WINO_FULL_TILES and geo[N] * geo[M] >= nparts:
             # few tiles: every part reads the whole transformed input and computes its run of output channels
@@ -1286,8 +1311,13 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
         if tiles_mode:
             _winograd_input(x, geo, buf, 0, si, cols, g0, g1, g0, buf[eo_at:eo_at + _winograd_q(g1 - g0, tw)])
         for k in range(16):
-            _gemm(m1 - m0, cols, c_all, w, (k * m_all + m0) * c_all, c_all, buf, b_at + k * si, ldb, buf,
-                  oo + k * so, ldc)
+            if geo[KIND] == WINO_PANEL:   # U_k broadcast, the transformed input's block read in place
+                panel_strided(buf.ctypes.data + (b_at + k * si) * 4, ldb, panel.PANEL,
+                              w.ctypes.data + ((k * m_all + m0) * c_all) * 4, c_all, 1,
+                              buf.ctypes.data + (oo + k * so) * 4, ldc, 1, m1 - m0, c_all, cols, 0, BIAS_NONE)
+            else:
+                _gemm(m1 - m0, cols, c_all, w, (k * m_all + m0) * c_all, c_all, buf, b_at + k * si, ldb, buf,
+                      oo + k * so, ldc)
         _winograd_output(acc, bias, geo, buf, oo, so, ldc, g0, g1, g0, m0, m1, buf[eo_at:eo_at + 4 * cols])
         r = stop
     if tiles_mode:

@@ -605,6 +605,7 @@ class ConvSetup:
             algo = kconv.GEMM                                              # algorithm that reads them unpacked
         self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo, epilogue=epilogue)
         kconv.use_vector_depthwise(self.geo, self.dtype)
+        kconv.use_panel_products(self.geo, self.dtype)
         if clamp is not None:   # an epilogue the kernel takes over (``EpilogueImpl._absorbed``)
             if not kconv.clamps(self.geo):
                 raise NotNative(f"{kconv.ALGO_NAMES[self.geo[kconv.ALGO]]} does not clamp as it stores")
