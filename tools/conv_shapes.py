@@ -105,9 +105,9 @@ def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = No
         pick = K.ALGO_NAMES.index(algo)
     col_size, nparts, nprep = K.plan_conv(geo, threads, algo=pick, lanes=lanes)
     vector = K.use_vector_depthwise(geo, np.float32)    # as the plan does (runtime/native.py)
-    in_panels = K.use_panel_products(geo, np.float32) and not os.environ.get("TLC_WINOGRAD_BLAS")
-    if geo[K.ALGO] == K.WINOGRAD and not in_panels:
-        geo[K.KIND] = K.WINO_BLAS
+    in_panels = K.use_panel_products(geo, np.float32) and not os.environ.get("TLC_BLAS_PRODUCTS")
+    if geo[K.ALGO] in (K.WINOGRAD, K.GEMM) and not in_panels:
+        geo[K.KIND] = K.PRODUCTS_BLAS
     packed = K.pack_weights(w, geo)
     out = np.empty((batch, m, ho, ho), np.float32)
     col = np.empty(max(1, col_size), np.float32)

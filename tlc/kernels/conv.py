@@ -71,9 +71,9 @@ LANES_POSITIONS, LANES_CHANNELS = 0, 1
 #: DEPTHWISE's kernels (``geo[KIND]``): the Numba kernels on stride phases, or (3x3, padding 1, stride 1 or 2,
 #: float32, AVX-512: ``use_vector_depthwise``) ``tlc.kernels.panel``'s vector kernel
 DEPTHWISE_PHASES, DEPTHWISE_VECTORS = 0, 1
-#: WINOGRAD's products (``geo[KIND]``): BLAS, or (float32, a host that runs it fast: ``use_panel_products``)
-#: ``tlc.kernels.panel``'s kernel on the transformed input where it is
-WINO_BLAS, WINO_PANEL = 0, 1
+#: the products of WINOGRAD and of GEMM's column tiles (``geo[KIND]``): BLAS, or (float32, a host that runs it
+#: fast: ``use_panel_products``) ``tlc.kernels.panel``'s kernel on their right operand where it is
+PRODUCTS_BLAS, PRODUCTS_PANEL = 0, 1
 #: a column tile's im2col block stays in L2: about this many elements (K x tile columns)
 TILE_ELEMS = 1 << 17
 #: im2col buffers larger than this (elements) are gathered a tile at a time instead
@@ -245,7 +245,7 @@ def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
         tiles, slots = rows * tw, rows * (tw + 1)   # products run over every slot, one junk a tile row
         per_chunk = min(_winograd_rows(geo), rows)
         chunk = per_chunk * tw
-        if geo[KIND] == WINO_PANEL if panels is None else panels:
+        if geo[KIND] == PRODUCTS_PANEL if panels is None else panels:
             # the panel kernel at its rate, even on a chunk narrower than its 32 lanes: its operands stay in L2
             # (measured on Zen 5, one core, whole convs: 64 -> 64 at 56x56 714 us, 512 -> 512 at 7x7, 20 slots
             # a product, 1183 us; PANEL took 1337 and 1741, Winograd on OpenBLAS's AVX2 kernels 1170 and 2607)
@@ -273,6 +273,11 @@ def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
     gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * geo[HO] * geo[WO]
     rate = BLAS_MACS_PER_S * min(1.0, (geo[HO] * geo[WO] / BLAS_FULL_COLUMNS) ** 0.5) * \
         min(1.0, (k / BLAS_FULL_DEPTH) ** 0.5)
+    if panels and gather and geo[C] * geo[KH] * geo[KW] * geo[HO] * geo[WO] > WHOLE_COL_MAX and \
+            PANEL_MACS_PER_S > BLAS_MACS_PER_S:
+        # column tiles, their products in the panel kernel (``use_panel_products``): ResNet's 7x7 3 -> 64 stem at
+        # 224x224 1.74 ms against 2.67 in BLAS (Zen 5, OpenBLAS's AVX2 kernels), 15.2 against 22.2 at batch 8
+        rate = PANEL_MACS_PER_S * min(1.0, geo[M] / geo[GROUP] / panel.TILE)
     return work / rate + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
 
 
@@ -287,14 +292,17 @@ def choose(geo: np.ndarray, panels: bool = False) -> int:
 
 
 def use_panel_products(geo: np.ndarray, dtype) -> bool:
-    """Run a WINOGRAD conv's 16 products in ``tlc.kernels.panel``'s kernel (the transformed weights broadcast,
-    the transformed input read where it is, as PANEL's positions in lanes) instead of BLAS: float32, a host that
-    runs the kernel fast; sets ``geo[KIND]``. On a Zen 5 whose OpenBLAS runs its AVX2 kernels the panel kernel
-    computes 1.5x as fast (``host_rates``)."""
-    if geo[ALGO] != WINOGRAD:
+    """Run a WINOGRAD conv's 16 products, or a GEMM conv's column tiles, in ``tlc.kernels.panel``'s kernel (the
+    weights broadcast, the transformed input or the tile's im2col block read where it is, as PANEL's positions
+    in lanes) instead of BLAS: float32, a host that runs the kernel fast, and for the tiles a panel rate above
+    BLAS's (``host_rates``); sets ``geo[KIND]``. Winograd's products are narrow, where BLAS is slowest: in the
+    panel kernel even against OpenBLAS's AVX-512 kernels on Zen 5 (128 -> 128 at 28x28 651 us against 749)."""
+    tiles = geo[ALGO] == GEMM and geo[MODE] == TILES
+    if geo[ALGO] != WINOGRAD and not tiles:
         return False
-    fast = bool(np.dtype(dtype) == np.float32 and panel.fast())
-    geo[KIND] = WINO_PANEL if fast else WINO_BLAS
+    fast = bool(np.dtype(dtype) == np.float32 and panel.fast()) and \
+        (not tiles or PANEL_MACS_PER_S > BLAS_MACS_PER_S)
+    geo[KIND] = PRODUCTS_PANEL if fast else PRODUCTS_BLAS
     return fast
 
 
@@ -360,7 +368,7 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         if not winograd_applies(geo):
             raise ValueError("Winograd F(2x2, 3x3) takes 3x3 kernels, stride 1, no dilation, one group only")
         geo[TILE] = _winograd_rows(geo)
-        geo[KIND] = WINO_BLAS   # (``use_panel_products`` may pick the panel kernel)
+        geo[KIND] = PRODUCTS_BLAS   # (``use_panel_products`` may pick the panel kernel)
         rows, tw = int(geo[N] * ((geo[HO] + 1) // 2)), int((geo[WO] + 1) // 2)
         if nparts > 1 and rows * tw < nparts * WINO_FULL_TILES and geo[N] * geo[M] >= nparts:
             # few tiles: every part reads the whole transformed input and computes its run of output channels
@@ -402,6 +410,7 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
             parts = max(parts, min(chunks, planes // parts * parts))
         per_part = _slot(_phase_scratch(geo) if geo[ALGO] == DEPTHWISE else _direct_scratch(geo))
         return parts * per_part, parts, 0
+    geo[KIND] = PRODUCTS_BLAS   # (``use_panel_products`` may pick the panel kernel for column tiles)
     k_all = int(geo[C] * geo[KH] * geo[KW])
     hw = int(geo[HO] * geo[WO])
     gather = not is_pointwise(geo)
@@ -690,7 +699,12 @@ def _gemm_tile(x, w, bias, geo, acc, col, own, n, j0, j1, pointwise):
     xf = x.reshape(-1)
     out_base = n * m_all * hw
     for g in range(group):
-        if pointwise:
+        if geo[KIND] == PRODUCTS_PANEL:   # W broadcast, the block (or the input) read where it is
+            src = xf.ctypes.data + ((n * c_all + g * cg) * hw + j0) * 4 if pointwise else \
+                col.ctypes.data + (own + g * k * cols) * 4
+            panel_strided(src, hw if pointwise else cols, panel.PANEL, w.ctypes.data + g * mg * k * 4, k, 1,
+                          acc.ctypes.data + (out_base + g * mg * hw + j0) * 4, hw, 1, mg, k, cols, 0, BIAS_NONE)
+        elif pointwise:
             _gemm(mg, cols, k, w, g * mg * k, k, xf, (n * c_all + g * cg) * hw + j0, hw, acc,
                   out_base + g * mg * hw + j0, hw)
         else:
@@ -1311,7 +1325,7 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
         if tiles_mode:
             _winograd_input(x, geo, buf, 0, si, cols, g0, g1, g0, buf[eo_at:eo_at + _winograd_q(g1 - g0, tw)])
         for k in range(16):
-            if geo[KIND] == WINO_PANEL:   # U_k broadcast, the transformed input's block read in place
+            if geo[KIND] == PRODUCTS_PANEL:   # U_k broadcast, the transformed input's block read in place
                 panel_strided(buf.ctypes.data + (b_at + k * si) * 4, ldb, panel.PANEL,
                               w.ctypes.data + ((k * m_all + m0) * c_all) * 4, c_all, 1,
                               buf.ctypes.data + (oo + k * so) * 4, ldc, 1, m1 - m0, c_all, cols, 0, BIAS_NONE)

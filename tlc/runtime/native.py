@@ -605,7 +605,7 @@ class ConvSetup:
             algo = kconv.GEMM                                              # algorithm that reads them unpacked
         self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo, epilogue=epilogue)
         kconv.use_vector_depthwise(self.geo, self.dtype)
-        kconv.use_panel_products(self.geo, self.dtype)
+        in_panels = kconv.use_panel_products(self.geo, self.dtype)
         if clamp is not None:   # an epilogue the kernel takes over (``EpilogueImpl._absorbed``)
             if not kconv.clamps(self.geo):
                 raise NotNative(f"{kconv.ALGO_NAMES[self.geo[kconv.ALGO]]} does not clamp as it stores")
@@ -624,7 +624,7 @@ class ConvSetup:
                 raise NotNative("a strided conv bias")
             self.bias = np.ascontiguousarray(own, self.dtype) if own is not None else V(ctx.inputs[2])
         self.out_shape = y
-        algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]]
+        algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]] + (" (panel products)" if in_panels else "")
         self.note = f"{algo}, {self.nparts} part(s)" if self.nparts > 1 else algo
         if self.nparts > 1 and not self.parallel:
             self.note += " on this thread"
