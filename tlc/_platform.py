@@ -54,11 +54,15 @@ def _cpu_flags() -> tuple[str, set[str], int]:
     return vendor, flags, family
 
 
+def zen4() -> bool:
+    """An AMD CPU of family 25 (Zen 3 and Zen 4; Zen 4 runs AVX-512 in two 256-bit halves)."""
+    vendor, _, family = _cpu_flags()
+    return vendor == "AuthenticAMD" and family == ZEN4_FAMILY
+
+
 def wants_haswell_kernels() -> bool:
-    """An AMD CPU with AVX-512 in family 25 (Zen 4: AVX-512 in two 256-bit halves), where OpenBLAS's Haswell
-    kernels beat its SkylakeX ones."""
-    vendor, flags, family = _cpu_flags()
-    return vendor == "AuthenticAMD" and "avx512f" in flags and family == ZEN4_FAMILY
+    """A Zen 4 (``zen4`` with AVX-512), where OpenBLAS's Haswell kernels beat its SkylakeX ones."""
+    return zen4() and "avx512f" in _cpu_flags()[1]
 
 
 def choose_blas_kernels(environ: dict | None = None, numpy_loaded: bool | None = None) -> bool:

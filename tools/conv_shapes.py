@@ -13,7 +13,6 @@ so in a model, where it comes from the step before, both are slower.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
@@ -81,7 +80,8 @@ def interleaved(contenders: dict, rounds: int) -> dict:
     return {name: np.asarray(t) for name, t in times.items()}
 
 
-def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = None) -> str:
+def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = None,
+        blas_products: bool = False) -> str:
     """One table row: the shape's conv in tlc's kernel (``algo``: the cost model's unless named) and in
     onnxruntime at ``threads`` threads."""
     import numba
@@ -105,9 +105,9 @@ def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = No
         pick = K.ALGO_NAMES.index(algo)
     col_size, nparts, nprep = K.plan_conv(geo, threads, algo=pick, lanes=lanes)
     vector = K.use_vector_depthwise(geo, np.float32)    # as the plan does (runtime/native.py)
-    in_panels = K.use_panel_products(geo, np.float32) and not os.environ.get("TLC_BLAS_PRODUCTS")
-    if geo[K.ALGO] in (K.WINOGRAD, K.GEMM) and not in_panels:
-        geo[K.KIND] = K.PRODUCTS_BLAS
+    in_panels = K.use_panel_products(geo, np.float32)
+    if in_panels and blas_products:   # Winograd's or the column tiles' products in BLAS after all, to compare
+        geo[K.KIND], in_panels = K.PRODUCTS_BLAS, False
     packed = K.pack_weights(w, geo)
     out = np.empty((batch, m, ho, ho), np.float32)
     col = np.empty(max(1, col_size), np.float32)
@@ -129,6 +129,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of 10 calls each")
+    parser.add_argument("--blas-products", action="store_true",
+                        help="Winograd's and the column tiles' products in BLAS, not the panel kernel")
     parser.add_argument("--algo", nargs="+", default=["auto"], choices=["auto", *K_ALGOS],
                         help="algorithms to time (auto: the cost model's choice)")
     args = parser.parse_args(argv)
@@ -140,7 +142,8 @@ def main(argv=None) -> int:
         parse(shape)
         for threads in args.threads:
             for algo in args.algo:
-                print(row(shape, threads, args.batch, args.rounds, None if algo == "auto" else algo), flush=True)
+                print(row(shape, threads, args.batch, args.rounds, None if algo == "auto" else algo,
+                          args.blas_products), flush=True)
     return 0
 
 

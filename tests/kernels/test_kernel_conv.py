@@ -137,7 +137,6 @@ def _host(monkeypatch, zen4: bool, full_avx512: bool, blas_core: str) -> None:
     """The cost model with the rates of such a host (``K.host_rates``), whatever this one is."""
     blas, panel_rate = K.host_rates(zen4, full_avx512, blas_core)
     monkeypatch.setattr(K, "BLAS_MACS_PER_S", blas)
-    monkeypatch.setattr(K, "WINO_MACS_PER_S", blas)
     monkeypatch.setattr(K, "PANEL_MACS_PER_S", panel_rate)
 
 

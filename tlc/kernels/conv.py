@@ -113,11 +113,10 @@ def host_rates(zen4: bool, full_avx512: bool, blas_core: str) -> tuple[float, fl
 
 
 def _this_host() -> tuple[float, float]:
-    from .._platform import ZEN4_FAMILY, _cpu_flags
+    from .._platform import zen4
     from .blas import CORE
 
-    vendor, _, family = _cpu_flags()
-    return host_rates(vendor == "AuthenticAMD" and family == ZEN4_FAMILY, panel.fast(), CORE)
+    return host_rates(zen4(), panel.fast(), CORE)
 
 
 BLAS_MACS_PER_S, _PANEL_RATE = _this_host()
@@ -136,7 +135,7 @@ IM2COL_SEGMENT_S = 5e-9
 #: transformed elements/s (unit-stride vector loops over a chunk's slots; 2-3.5 G on 7x7 planes), ~0.5 us per
 #: BLAS call. Measured on one core against im2col + BLAS: 64 -> 64 at 56x56 1.23 ms against 3.08; 128 -> 128
 #: at 28x28 1.28 against 2.69; 48 -> 16 at 128x128 1.61 against 4.67; 512 -> 512 at 7x7 3.4 against 3.4.
-WINO_MACS_PER_S = BLAS_MACS_PER_S   # its 16 products are BLAS calls
+#: (Its 16 products run at ``BLAS_MACS_PER_S``, less for narrow chunks, or in the panel kernel.)
 WINO_FULL_TILES = 64
 WINO_IN_ELEMS_PER_S = 4.5e9
 WINO_OUT_ELEMS_PER_S = 6e9
@@ -251,7 +250,7 @@ def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
             # a product, 1183 us; PANEL took 1337 and 1741, Winograd on OpenBLAS's AVX2 kernels 1170 and 2607)
             rate = PANEL_MACS_PER_S
         else:   # BLAS streams each product's [M, C] matrix: narrow products run slower
-            rate = WINO_MACS_PER_S * min(1.0, (chunk / WINO_FULL_TILES) ** (2 / 3))
+            rate = BLAS_MACS_PER_S * min(1.0, (chunk / WINO_FULL_TILES) ** (2 / 3))
         return 16 * geo[M] * geo[C] * slots / rate + 16 * -(-rows // per_chunk) * WINO_CALL_S + \
             16 * tiles * (geo[C] / WINO_IN_ELEMS_PER_S + geo[M] / WINO_OUT_ELEMS_PER_S)
     if algo == DEPTHWISE:
@@ -273,12 +272,16 @@ def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
     gather = 0 if is_pointwise(geo) else geo[N] * geo[GROUP] * k * geo[HO] * geo[WO]
     rate = BLAS_MACS_PER_S * min(1.0, (geo[HO] * geo[WO] / BLAS_FULL_COLUMNS) ** 0.5) * \
         min(1.0, (k / BLAS_FULL_DEPTH) ** 0.5)
-    if panels and gather and geo[C] * geo[KH] * geo[KW] * geo[HO] * geo[WO] > WHOLE_COL_MAX and \
-            PANEL_MACS_PER_S > BLAS_MACS_PER_S:
+    if panels and _gathers_in_tiles(geo) and PANEL_MACS_PER_S > BLAS_MACS_PER_S:
         # column tiles, their products in the panel kernel (``use_panel_products``): ResNet's 7x7 3 -> 64 stem at
         # 224x224 1.74 ms against 2.67 in BLAS (Zen 5, OpenBLAS's AVX2 kernels), 15.2 against 22.2 at batch 8
         rate = PANEL_MACS_PER_S * min(1.0, geo[M] / geo[GROUP] / panel.TILE)
     return work / rate + geo[N] * geo[GROUP] * BLAS_CALL_S + gather / IM2COL_ELEMS_PER_S
+
+
+def _gathers_in_tiles(geo: np.ndarray) -> bool:
+    """Whether a GEMM conv's im2col matrix is too large to gather whole (``WHOLE_COL_MAX``): column tiles."""
+    return not is_pointwise(geo) and int(geo[C] * geo[KH] * geo[KW] * geo[HO] * geo[WO]) > WHOLE_COL_MAX
 
 
 def choose(geo: np.ndarray, panels: bool = False) -> int:
@@ -415,7 +418,7 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
     hw = int(geo[HO] * geo[WO])
     gather = not is_pointwise(geo)
     few_rows = geo[N] < nparts and geo[N] * geo[M] // nparts < 32 and hw >= 256
-    if (gather and k_all * hw > WHOLE_COL_MAX) or few_rows:
+    if _gathers_in_tiles(geo) or few_rows:
         # tiles of output columns: the gathered block stays in cache, and a few output channels still make
         # wide BLAS calls; the parts' outputs are strided, so an epilogue runs after them (``deferred``)
         geo[MODE] = TILES
@@ -567,6 +570,17 @@ def _span(off, sw, width, wo):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _product(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc, in_panel):
+    """``_gemm``'s product, or (``in_panel``: float32, ``use_panel_products``) the panel kernel's with A (the
+    weights) broadcast and B read where it is, a panel every ``PANEL`` columns (PANEL's positions in lanes)."""
+    if in_panel:
+        panel_strided(b.ctypes.data + b_off * 4, ldb, panel.PANEL, a.ctypes.data + a_off * 4, lda, 1,
+                      c.ctypes.data + c_off * 4, ldc, 1, m, k, n, 0, BIAS_NONE)
+    else:
+        _gemm(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _gemm(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
     """c[c_off:] (m x n, row stride ldc) = a[a_off:] (m x k) @ b[b_off:] (k x n), single-threaded BLAS."""
     item = c.itemsize
@@ -698,18 +712,14 @@ def _gemm_tile(x, w, bias, geo, acc, col, own, n, j0, j1, pointwise):
                 j = stop
     xf = x.reshape(-1)
     out_base = n * m_all * hw
+    in_panel = geo[KIND] == PRODUCTS_PANEL
     for g in range(group):
-        if geo[KIND] == PRODUCTS_PANEL:   # W broadcast, the block (or the input) read where it is
-            src = xf.ctypes.data + ((n * c_all + g * cg) * hw + j0) * 4 if pointwise else \
-                col.ctypes.data + (own + g * k * cols) * 4
-            panel_strided(src, hw if pointwise else cols, panel.PANEL, w.ctypes.data + g * mg * k * 4, k, 1,
-                          acc.ctypes.data + (out_base + g * mg * hw + j0) * 4, hw, 1, mg, k, cols, 0, BIAS_NONE)
-        elif pointwise:
-            _gemm(mg, cols, k, w, g * mg * k, k, xf, (n * c_all + g * cg) * hw + j0, hw, acc,
-                  out_base + g * mg * hw + j0, hw)
+        if pointwise:
+            _product(mg, cols, k, w, g * mg * k, k, xf, (n * c_all + g * cg) * hw + j0, hw, acc,
+                     out_base + g * mg * hw + j0, hw, in_panel)
         else:
-            _gemm(mg, cols, k, w, g * mg * k, k, col, own + g * k * cols, cols, acc, out_base + g * mg * hw + j0,
-                  hw)
+            _product(mg, cols, k, w, g * mg * k, k, col, own + g * k * cols, cols, acc,
+                     out_base + g * mg * hw + j0, hw, in_panel)
     if bias.shape[0] > 0:
         flat = acc.reshape(-1)
         for m in range(m_all):
@@ -1325,13 +1335,8 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
         if tiles_mode:
             _winograd_input(x, geo, buf, 0, si, cols, g0, g1, g0, buf[eo_at:eo_at + _winograd_q(g1 - g0, tw)])
         for k in range(16):
-            if geo[KIND] == PRODUCTS_PANEL:   # U_k broadcast, the transformed input's block read in place
-                panel_strided(buf.ctypes.data + (b_at + k * si) * 4, ldb, panel.PANEL,
-                              w.ctypes.data + ((k * m_all + m0) * c_all) * 4, c_all, 1,
-                              buf.ctypes.data + (oo + k * so) * 4, ldc, 1, m1 - m0, c_all, cols, 0, BIAS_NONE)
-            else:
-                _gemm(m1 - m0, cols, c_all, w, (k * m_all + m0) * c_all, c_all, buf, b_at + k * si, ldb, buf,
-                      oo + k * so, ldc)
+            _product(m1 - m0, cols, c_all, w, (k * m_all + m0) * c_all, c_all, buf, b_at + k * si, ldb, buf,
+                     oo + k * so, ldc, geo[KIND] == PRODUCTS_PANEL)
         _winograd_output(acc, bias, geo, buf, oo, so, ldc, g0, g1, g0, m0, m1, buf[eo_at:eo_at + 4 * cols])
         r = stop
     if tiles_mode:

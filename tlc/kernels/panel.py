@@ -301,7 +301,8 @@ class _DepthwiseEmitter:
     output [ho, wo], weights 9 per plane, a bias per plane where ``flags`` has bit 0, the outputs clamped to the
     two float32 at ``clamp`` where it has the ``CLAMP`` bit). Vectors of 16 outputs along an output
     row: per vector nine masked loads of the input (the masks drop the padding's columns and the lanes past the
-    row; a stride-2 load takes two vectors and keeps their even lanes) and nine fused multiply-adds with the
+    row; at stride 2 a row's three taps are the even lanes, the odd lanes and the even lanes a column on of two
+    vectors and the first lane of a third) and nine fused multiply-adds with the
     plane's weights, held in registers, then one masked store. Rows of the padding are skipped. A small plane
     (stride 1, at most 8 wide) runs in vectors of 16 consecutive outputs of the flattened plane instead, each
     tap one masked load (its masks, which drop what lies across a row's end, computed once for every plane)."""
