@@ -274,12 +274,13 @@ def test_panel_parts_before_an_epilogue_fit_in_cache():
     """A PANEL conv that an epilogue follows is cut into parts of whole units of output channels holding at most
     ``EPILOGUE_ELEMS`` outputs (one unit where a unit holds more), a whole number per thread, so the epilogue
     reads each part's output from cache; without an epilogue, one part per thread."""
-    for n, c, m, hw, threads, want in ((8, 16, 96, 112, 1, 128), (3, 16, 96, 112, 2, 48), (1, 96, 576, 14, 1, 2),
-                                       (1, 96, 576, 14, 2, 2), (8, 96, 576, 14, 2, 14)):
+    assert panel.TILE == 12   # the wanted parts below are for units of 12 channels
+    for n, c, m, hw, threads, want in ((8, 16, 96, 112, 1, 64), (3, 16, 96, 112, 2, 24), (1, 96, 576, 14, 1, 2),
+                                       (1, 96, 576, 14, 2, 2), (8, 96, 576, 14, 2, 16)):
         geo = K.conv_geometry((n, c, hw, hw), (m, c, 1, 1), (n, m, hw, hw), (1, 1), (0, 0), (1, 1), 1)
         _, plain, _ = K.plan_conv(geo, threads, K.PANEL, min_seconds=0, lanes=K.LANES_POSITIONS)
         assert plain == threads
         _, parts, _ = K.plan_conv(geo, threads, K.PANEL, min_seconds=0, epilogue=True, lanes=K.LANES_POSITIONS)
         assert geo[K.MODE] == K.ROWS and parts == want, (n, threads, parts)
-        units, per_unit = n * -(-m // 6), 6 * hw * hw
+        units, per_unit = n * -(-m // panel.TILE), panel.TILE * hw * hw
         assert parts % threads == 0 and -(-units // parts) * per_unit <= max(K.EPILOGUE_ELEMS, per_unit)

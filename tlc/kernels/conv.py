@@ -19,7 +19,7 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   (X the input of a pointwise conv, else the batch's im2col matrix gathered first, ``prepare_panel``) through
   ``tlc.kernels.panel``'s register-tiled kernel, with the output positions in its lanes (W broadcast, X read in
   place; pointwise convs with many positions) or the output channels (X broadcast, W^T packed once in panels of
-  32, each vector scattered into NCHW). Parts are runs of output channels (a panel's 32, or a tile's 6), or of
+  32, each vector scattered into NCHW). Parts are runs of output channels (a panel's 32, or a tile's 12), or of
   output positions where the channels share out unevenly (``deferred``).
 - ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(2x2, 3x3). Weights transformed once at compile time
   into 16 matrices U[16, M, C]; per chunk of 2x2 output tiles the input tiles are transformed into 16 blocks
@@ -64,8 +64,8 @@ GEO_SIZE = 23
 GEMM, DIRECT, DEPTHWISE, WINOGRAD, PANEL = 0, 1, 2, 3, 4
 ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd", "panel")
 IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
-#: PANEL's orientations (``geo[KIND]``): the kernel's vectors along the output positions (a tile: 6 output
-#: channels x 32 positions, broadcasting the weights) or along the output channels (6 positions x 32 channels
+#: PANEL's orientations (``geo[KIND]``): the kernel's vectors along the output positions (a tile: 12 output
+#: channels x 32 positions, broadcasting the weights) or along the output channels (12 positions x 32 channels
 #: from the weights packed once in panels, broadcasting the input; the tile's columns scattered into NCHW)
 LANES_POSITIONS, LANES_CHANNELS = 0, 1
 #: DEPTHWISE's kernels (``geo[KIND]``): the Numba kernels on stride phases, or (3x3, padding 1, stride 1 or 2,
@@ -326,7 +326,7 @@ def use_vector_depthwise(geo: np.ndarray, dtype) -> bool:
 def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
     """PANEL's orientation for this shape (LANES_POSITIONS or LANES_CHANNELS) and the fraction of the kernel's
     full rate it runs at: the share of its lanes that hold outputs (the last panel of 32 is masked), less the
-    scattered stores of LANES_CHANNELS, and a tile's rows (of 6) where there are fewer. A gathered conv deeper
+    scattered stores of LANES_CHANNELS, and a tile's rows (of 12) where there are fewer. A gathered conv deeper
     than ``PANEL_GATHER_DEEP`` takes LANES_CHANNELS: with the positions in lanes, each k-step of a panel reads a
     row of the im2col matrix a page or more from the last, and many such streams thrash (a 7x7 3 -> 64 conv at
     224x224, stride 2, K = 147: 3.44 ms against 3.21 with the channels); so does one that gathers more than
@@ -344,7 +344,7 @@ def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
 
 
 def _panel_units(geo) -> int:
-    """Output channels a PANEL part's unit holds: a panel's 32 (LANES_CHANNELS) or a tile's 6 (LANES_POSITIONS)."""
+    """Output channels a PANEL part's unit holds: a panel's 32 (LANES_CHANNELS) or a tile's 12 (LANES_POSITIONS)."""
     return panel.PANEL if geo[KIND] == LANES_CHANNELS else panel.TILE
 
 
