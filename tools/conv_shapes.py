@@ -56,7 +56,7 @@ def ort_session(x, w, b, k, s, group, threads):
 
 
 #: ``--algo`` choices: tlc.kernels.conv's algorithms, PANEL in either orientation
-K_ALGOS = ("gemm", "direct", "depthwise", "winograd", "panel", "panel-positions", "panel-channels")
+K_ALGOS = ("gemm", "direct", "depthwise", "winograd", "panel", "panel-positions", "panel-channels", "panel-phases")
 
 #: seconds between contenders' blocks: onnxruntime's and Numba's pools spin ~0.13 s after a call
 PAUSE_S = 0.2
@@ -97,7 +97,8 @@ def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = No
     geo = K.conv_geometry(x.shape, w.shape, (batch, m, ho, ho), (s, s), (k // 2, k // 2), (1, 1), group)
     lanes = None
     if algo and algo.startswith("panel-"):
-        algo, lanes = "panel", (K.LANES_POSITIONS if algo == "panel-positions" else K.LANES_CHANNELS)
+        algo, lanes = "panel", {"panel-positions": K.LANES_POSITIONS, "panel-channels": K.LANES_CHANNELS,
+                                "panel-phases": K.LANES_PHASES}[algo]
     if algo is None:   # the plan's choice (runtime/native.py): PANEL among the candidates on hosts that run it
         from tlc.kernels import panel
         pick = K.choose(geo, panels=panel.fast())
@@ -117,7 +118,7 @@ def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = No
     err = float(np.abs(out - session.run(None, {"x": x})[0]).max())
     t, o = times["tlc"], times["ort"]
     algo = K.ALGO_NAMES[geo[K.ALGO]] + (" (vector)" if vector else "") + (" (panel products)" if in_panels else "") + \
-        ((" (channels)" if geo[K.KIND] == K.LANES_CHANNELS else " (positions)") if geo[K.ALGO] == K.PANEL else "")
+        (f" ({('positions', 'channels', 'phases')[geo[K.KIND]]})" if geo[K.ALGO] == K.PANEL else "")
     return (f"| {shape} | {threads} | {algo}, {nparts} | {np.median(t):.0f} "
             f"[{t.min():.0f}-{t.max():.0f}] | {np.median(o):.0f} [{o.min():.0f}-{o.max():.0f}] | "
             f"x{np.median(t) / np.median(o):.2f} | {err:.1e} |")

@@ -34,6 +34,7 @@ GEOMETRIES = [
     (2, 6, 9, 5, 3, 1, 1, 1, 1),      # Winograd: odd output size (ragged last tiles), two images
     (1, 4, 6, 3, 3, 1, 0, 1, 1),      # Winograd without padding (4x4 output)
     (1, 70, 40, 80, 3, 1, 1, 1, 1),   # Winograd in several chunks a part
+    (2, 3, 52, 13, 7, 2, 3, 1, 1),    # a 7x7 stride-2 stem: PANEL on the phases a row at a time (26 wide)
 ]
 
 
@@ -53,10 +54,10 @@ def test_every_algorithm_matches_the_reference(dtype):
                 ([K.DEPTHWISE] if K.is_depthwise(geo) else []) + ([K.WINOGRAD] if K.winograd_applies(geo) else [])
             if dtype == np.float64:   # the direct and Winograd kernels' float64 compiles are left out (CI's budget)
                 algos = [a for a in algos if a not in (K.DIRECT, K.WINOGRAD)]
-            # the panel kernel in both orientations (float32, one group; a host without AVX-512 computes the
+            # the panel kernel in every orientation (float32, one group; a host without AVX-512 computes the
             # same, slower)
-            runs = [(a, None) for a in algos] + ([(K.PANEL, K.LANES_POSITIONS), (K.PANEL, K.LANES_CHANNELS)]
-                                                 if dtype == np.float32 and g == 1 else [])
+            runs = [(a, None) for a in algos] + ([(K.PANEL, K.LANES_POSITIONS), (K.PANEL, K.LANES_CHANNELS),
+                                                  (K.PANEL, K.LANES_PHASES)] if dtype == np.float32 and g == 1 else [])
             if K.DEPTHWISE in algos and dtype == np.float32:   # and the vector kernel where it takes the shape
                 runs.append((K.DEPTHWISE, "vectors"))
             if K.WINOGRAD in algos and dtype == np.float32:    # and Winograd's products in the panel kernel
@@ -65,7 +66,8 @@ def test_every_algorithm_matches_the_reference(dtype):
                 for nparts in ((1, 2, 3) if dtype == np.float32 else (1,)):   # float64: one compile less
                     col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0,
                                                          lanes=lanes if lanes in (K.LANES_POSITIONS,
-                                                                                  K.LANES_CHANNELS) else None)
+                                                                                  K.LANES_CHANNELS,
+                                                                                  K.LANES_PHASES) else None)
                     if lanes == "vectors" and not K.use_vector_depthwise(geo, dtype):
                         break
                     if lanes == "panel products" and not K.use_panel_products(geo, dtype):
@@ -112,7 +114,7 @@ def test_parts_return_contiguous_ranges_that_tile_the_output():
     y = (2, 12, 5, 5)
     geo = K.conv_geometry(x.shape, w.shape, y, (1, 1), (1, 1), (1, 1), 1)
     for algo, lanes in ((K.GEMM, None), (K.DIRECT, None), (K.WINOGRAD, None), (K.PANEL, K.LANES_POSITIONS),
-                        (K.PANEL, K.LANES_CHANNELS)):
+                        (K.PANEL, K.LANES_CHANNELS), (K.PANEL, K.LANES_PHASES)):
         for nparts in (1, 2, 3, 4):
             col_size, parts, nprep = K.plan_conv(geo, nparts, algo, min_seconds=0, lanes=lanes)
             col = np.empty(col_size, np.float32)
@@ -165,11 +167,12 @@ def test_the_cost_model_picks_blas_winograd_direct_and_depthwise_where_each_wins
     assert K.choose(geometry(512, 7, 512, 3)) == K.GEMM                             # Winograd on BLAS: slower
     assert K.panel_lanes(geometry(512, 7, 512, 3))[0] == K.LANES_CHANNELS
     assert K.choose(geometry(64, 56, 64, 3), panels=True) == K.WINOGRAD
-    # MobileNetV2's stem, 27 deep: positions in lanes (311 us against 363 direct, 514 with the channels)
+    # MobileNetV2's and ResNet's stems: positions in lanes, read from the input's stride phases (no im2col; their
+    # weights, 3.5 and 37 KiB, stay in cache while every panel of positions reads them)
     assert K.choose(geometry(3, 224, 32, 3, s=2), panels=True) == K.PANEL
-    assert K.panel_lanes(geometry(3, 224, 32, 3, s=2))[0] == K.LANES_POSITIONS
-    assert K.panel_lanes(geometry(3, 224, 64, 7, s=2))[0] == K.LANES_CHANNELS     # 147 deep: the streams thrash
-    assert K.choose(geometry(3, 224, 64, 7, s=2), panels=True) == K.GEMM
+    assert K.panel_lanes(geometry(3, 224, 32, 3, s=2))[0] == K.LANES_PHASES
+    assert K.panel_lanes(geometry(3, 224, 64, 7, s=2))[0] == K.LANES_PHASES
+    assert K.panel_lanes(geometry(64, 56, 128, 1, s=2))[0] != K.LANES_PHASES      # 1x1: phases 4x the gather
 
 
 def test_the_cost_model_follows_the_hosts_vector_width_and_blas_kernels(monkeypatch):
@@ -177,9 +180,9 @@ def test_the_cost_model_follows_the_hosts_vector_width_and_blas_kernels(monkeypa
     pin (OPENBLAS_CORETYPE=Haswell), and slower than its AVX-512 ones (measured in ``K.host_rates``)."""
     stem, pointwise = _geometry(3, 224, 64, 7, s=2), _geometry(256, 28, 256, 1)   # ResNet-50's
     _host(monkeypatch, zen4=False, full_avx512=True, blas_core="Haswell")
-    assert K.choose(stem, panels=True) == K.GEMM                  # column tiles in the panel kernel: 1.74 ms
-    assert K.choose(stem) == K.GEMM                               # against 2.67 in BLAS (2.49 ms in a model as
-    assert K.seconds(stem, K.GEMM, True) < K.seconds(stem, K.GEMM)  # PANEL, its channels scattered)
+    assert K.choose(stem, panels=True) == K.PANEL                 # on its stride phases: 1.14 ms against 1.62 in
+    assert K.choose(stem) == K.GEMM                               # column tiles in the panel kernel, 2.67 in
+    assert K.seconds(stem, K.GEMM, True) < K.seconds(stem, K.GEMM)  # BLAS
     assert K.choose(pointwise, panels=True) == K.PANEL            # 666 us against 883
     _host(monkeypatch, zen4=False, full_avx512=True, blas_core="SkylakeX")
     assert K.choose(pointwise, panels=True) == K.GEMM             # 458 us against 688

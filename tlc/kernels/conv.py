@@ -19,8 +19,11 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   (X the input of a pointwise conv, else the batch's im2col matrix gathered first, ``prepare_panel``) through
   ``tlc.kernels.panel``'s register-tiled kernel, with the output positions in its lanes (W broadcast, X read in
   place; pointwise convs with many positions) or the output channels (X broadcast, W^T packed once in panels of
-  32, each vector scattered into NCHW). Parts are runs of output channels (a panel's 32, or a tile's 12), or of
-  output positions where the channels share out unevenly (``deferred``).
+  32, each vector scattered into NCHW). A gathered conv whose weights fit in L2 reads its input where
+  ``_into_phases`` put the stride phases of its planes instead of an im2col matrix (``LANES_PHASES``: the kernel's
+  row k of B is tap k's input row, found through a table of offsets; ResNet's 7x7 stem at 224x224, one core,
+  1.62 -> 1.14 ms). Parts are runs of output channels (a panel's 32, or a tile's 12), or of output positions (of
+  rows, on the phases) where the channels share out unevenly (``deferred``).
 - ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(2x2, 3x3). Weights transformed once at compile time
   into 16 matrices U[16, M, C]; per chunk of 2x2 output tiles the input tiles are transformed into 16 blocks
   (B^T d B), multiplied by U in 16 BLAS products (2.25x fewer multiply-adds than im2col), and transformed back
@@ -68,6 +71,18 @@ IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batc
 #: channels x 32 positions, broadcasting the weights) or along the output channels (12 positions x 32 channels
 #: from the weights packed once in panels, broadcasting the input; the tile's columns scattered into NCHW)
 LANES_POSITIONS, LANES_CHANNELS = 0, 1
+#: PANEL's third orientation: positions in lanes as LANES_POSITIONS, the input read where ``_into_phases`` put its
+#: stride phases instead of gathered into an im2col matrix (the kernel's row k of B is tap k's input row, at an
+#: offset from a table: ``panel_strided``'s ``b_rows``); per output row (``wo`` of at least ``PHASE_ROW_MIN``) or
+#: per chunk of rows ``wq`` wide, their extra columns dropped as they are copied out (``_copy_rows``)
+LANES_PHASES = 2
+#: output rows this wide or wider run a kernel call each, straight into the output; narrower ones in chunks
+PHASE_ROW_MIN = 24
+#: columns (rows ``wq`` wide) of a chunk of narrow output rows: four panels
+PHASE_CHUNK_COLUMNS = 128
+#: the weights (bytes) up to which LANES_PHASES applies: every panel of output positions reads all of them again
+#: (deeper convs take LANES_CHANNELS, whose weight panels stay in L2 while every position runs through them)
+PHASE_WEIGHTS_MAX = 1 << 20
 #: DEPTHWISE's kernels (``geo[KIND]``): the Numba kernels on stride phases, or (3x3, padding 1, stride 1 or 2,
 #: float32, AVX-512: ``use_vector_depthwise``) ``tlc.kernels.panel``'s vector kernel
 DEPTHWISE_PHASES, DEPTHWISE_VECTORS = 0, 1
@@ -258,10 +273,16 @@ def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
     if algo == PANEL:
         k = geo[C] * geo[KH] * geo[KW]
         gather = 0 if is_pointwise(geo) else geo[N] * k * geo[HO] * geo[WO]
-        if geo[GROUP] != 1 or gather > PANEL_COL_MAX:
+        if geo[GROUP] != 1:
+            return np.inf
+        lanes, fraction = panel_lanes(geo)
+        if lanes == LANES_PHASES:   # the input copied into its phases, narrow rows copied out of a scratch
+            copied = 0 if geo[WO] >= PHASE_ROW_MIN else geo[N] * geo[M] * geo[HO] * geo[WO]
+            return work / (PANEL_MACS_PER_S * fraction) + (_phase_elements(geo) + copied) / IM2COL_ELEMS_PER_S
+        if gather > PANEL_COL_MAX:
             return np.inf
         segments = 0 if is_pointwise(geo) else geo[N] * k * geo[HO]   # the gather's runs of one output row
-        return work / (PANEL_MACS_PER_S * panel_lanes(geo)[1]) + gather / IM2COL_ELEMS_PER_S + \
+        return work / (PANEL_MACS_PER_S * fraction) + gather / IM2COL_ELEMS_PER_S + \
             segments * IM2COL_SEGMENT_S
     if algo == DIRECT:   # whole blocks per group only; a pass sums nine taps (a 1x1 window eight zero ones)
         if not direct_applies(geo):
@@ -338,9 +359,36 @@ def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
     positions = hw / (panel.PANEL * -(-hw // panel.PANEL)) * min(1.0, m / panel.TILE)
     channels = m / (panel.PANEL * -(-m // panel.PANEL)) * k / (k + PANEL_SCATTER_K) * min(1.0, hw / panel.TILE)
     gathered = 0 if is_pointwise(geo) else int(geo[N]) * k * hw
+    if gathered and m * k * 4 <= PHASE_WEIGHTS_MAX and _phase_elements(geo) < gathered:
+        return LANES_PHASES, phase_fraction(geo)
     if channels > positions or gathered and (k > PANEL_GATHER_DEEP or gathered > PANEL_GATHER_SMALL):
         return LANES_CHANNELS, channels
     return LANES_POSITIONS, positions
+
+
+def phase_fraction(geo: np.ndarray) -> float:
+    """LANES_PHASES's fraction of the kernel's full rate: the lanes that hold outputs (a row's, or a chunk's less
+    its extra columns) and a tile's rows where there are fewer output channels."""
+    wo, m = int(geo[WO]), int(geo[M])
+    if wo >= PHASE_ROW_MIN:
+        lanes = wo / (panel.PANEL * -(-wo // panel.PANEL))
+    else:
+        wq = int(_phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])[1])
+        cols = int(_phase_chunk(geo)) * wq
+        lanes = cols / (panel.PANEL * -(-cols // panel.PANEL)) * wo / wq
+    return lanes * min(1.0, m / panel.TILE)
+
+
+def _phase_elements(geo) -> int:
+    """Elements of the batch's stride phases (LANES_PHASES's copy of the input, padded)."""
+    return int(geo[N] * geo[C]) * int(_phase_sizes(geo)[2])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _phase_chunk(geo):
+    """Output rows a LANES_PHASES chunk holds (narrow rows: ``PHASE_CHUNK_COLUMNS`` columns ``wq`` wide, or all)."""
+    wq = _phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])[1]
+    return max(1, min(geo[HO], PHASE_CHUNK_COLUMNS // wq))
 
 
 def _panel_units(geo) -> int:
@@ -385,9 +433,12 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         if seconds(geo, PANEL) == np.inf:
             raise ValueError("PANEL takes one group, and an im2col matrix of at most PANEL_COL_MAX elements")
         geo[KIND] = panel_lanes(geo)[0] if lanes is None else lanes
+        if geo[KIND] == LANES_PHASES and is_pointwise(geo):   # a pointwise conv reads its input as it is
+            geo[KIND] = LANES_POSITIONS
         units = int(geo[N]) * -(-int(geo[M]) // _panel_units(geo))
         # parts of whole units of output channels (contiguous: the epilogue follows each part), unless too few
-        # units share out evenly: then runs of output positions (every channel, strided: deferred)
+        # units share out evenly: then runs of output positions (every channel, strided: deferred; on the stride
+        # phases, runs of an image's chunks of output rows)
         even = units % nparts == 0 or units >= 4 * nparts
         geo[MODE] = ROWS if nparts == 1 or even else TILES
         if geo[MODE] == ROWS:
@@ -401,6 +452,11 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
                 nparts = max(nparts, min(units // nparts * nparts, -(-chunks // nparts) * nparts))
         if is_pointwise(geo):
             return 1, nparts, 0
+        if geo[KIND] == LANES_PHASES:   # every plane's phases, then each part's chunk of output rows
+            planes = int(geo[N] * geo[C])
+            _, wq, phases, _ = _phase_sizes(geo)
+            chunk = 0 if geo[WO] >= PHASE_ROW_MIN else int(geo[M]) * int(_phase_chunk(geo)) * int(wq)
+            return _slot(planes * phases) + nparts * _slot(chunk), nparts, min(nparts, planes)
         rows = int(geo[N] * geo[C] * geo[KH] * geo[KW])
         return rows * int(geo[HO] * geo[WO]), nparts, min(nparts, rows)
     if geo[ALGO] != GEMM:
@@ -1230,9 +1286,98 @@ def part_gemm(x, w, bias, geo, acc, col, p, nparts):
 
 @njit(cache=True, nogil=True)
 def prepare_panel(x, w, bias, geo, col, p, nprep):
-    """Part ``p`` of ``nprep`` of the batch's im2col (PANEL with a gather; nothing for a pointwise conv)."""
-    if col.shape[0] > 1:
+    """Part ``p`` of ``nprep`` of the batch's im2col (PANEL with a gather; nothing for a pointwise conv), or of
+    its planes' stride phases (LANES_PHASES)."""
+    if col.shape[0] <= 1:
+        return
+    if geo[KIND] != LANES_PHASES:
         _im2col_part(x, geo, col, p, nprep)
+        return
+    planes = geo[N] * geo[C]
+    h, width = geo[H], geo[W]
+    hq, wq, phases, _ = _phase_sizes(geo)
+    xf = x.reshape(x.size)
+    for q in range(planes * p // nprep, planes * (p + 1) // nprep):
+        ph = col[q * phases:(q + 1) * phases]
+        for j in range(phases):
+            ph[j] = 0.0
+        _into_phases(xf, q * h * width, h, width, ph, geo[SH], geo[SW], geo[PT], geo[PL], hq, wq)
+
+
+@njit(cache=True, nogil=True)
+def _panel_phases(w, bias, geo, acc, col, p, nparts):
+    """``part_panel`` on the stride phases ``prepare_panel`` made. ROWS: a run of whole units of output channels
+    (returns its flat range); TILES: a run of chunks of output rows, every channel (returns (0, 0)). The kernel
+    reads row k of B at tap k's offset in its channel's phases (a table of the K offsets)."""
+    n_all, m_all, c_all = geo[N], geo[M], geo[C]
+    kh, kw, ho, wo = geo[KH], geo[KW], geo[HO], geo[WO]
+    taps = kh * kw
+    k = c_all * taps
+    hq, wq, phases, _ = _phase_sizes(geo)
+    table = np.empty(k, np.int64)
+    for c in range(c_all):
+        for t in range(taps):
+            table[c * taps + t] = c * phases + _phase_offset(t // kw, t % kw, geo[SW], geo[SH], geo[DH], geo[DW],
+                                                              hq, wq)
+    rows_each = _phase_chunk(geo) if wo < PHASE_ROW_MIN else 1
+    scratch = -(-(n_all * c_all * phases) // SLOT) * SLOT + p * (-(-(m_all * rows_each * wq) // SLOT) * SLOT)
+    if geo[MODE] == TILES:
+        chunks = (ho + rows_each - 1) // rows_each
+        units = n_all * chunks
+        for u in range(units * p // nparts, units * (p + 1) // nparts):
+            n, r0 = u // chunks, (u % chunks) * rows_each
+            _phase_block(w, bias, geo, acc, col, table, scratch, n, 0, m_all, r0, min(ho, r0 + rows_each))
+        return 0, 0
+    per_image = (m_all + panel.TILE - 1) // panel.TILE
+    units = n_all * per_image
+    u0, u1 = units * p // nparts, units * (p + 1) // nparts
+    u = u0
+    while u < u1:
+        n = u // per_image
+        stop = min(u1, (n + 1) * per_image)
+        m0 = _unit_channel(u, per_image, panel.TILE, m_all) - n * m_all
+        m1 = _unit_channel(stop, per_image, panel.TILE, m_all) - n * m_all
+        _phase_block(w, bias, geo, acc, col, table, scratch, n, m0, m1, 0, ho)
+        u = stop
+    hw = ho * wo
+    return _unit_channel(u0, per_image, panel.TILE, m_all) * hw, _unit_channel(u1, per_image, panel.TILE, m_all) * hw
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _phase_block(w, bias, geo, acc, col, table, scratch, n, m0, m1, r0, r1):
+    """Output channels [m0, m1) of image ``n``, output rows [r0, r1), from the phases in ``col``: rows
+    ``PHASE_ROW_MIN`` wide or wider a kernel call each, straight into the output; narrower ones a chunk at a
+    time into the scratch at ``col[scratch:]``, ``wq`` wide, then copied out without their extra columns."""
+    m_all, c_all, ho, wo = geo[M], geo[C], geo[HO], geo[WO]
+    hw = ho * wo
+    k = c_all * geo[KH] * geo[KW]
+    _, wq, phases, _ = _phase_sizes(geo)
+    item = 4
+    mode = BIAS_NONE if bias.shape[0] == 0 else BIAS_ROWS
+    clamp = _clamp_at(geo)
+    if clamp:
+        mode |= panel.CLAMP
+    planes = col.ctypes.data + n * c_all * phases * item
+    weights = w.ctypes.data + m0 * k * item
+    out = (n * m_all + m0) * hw
+    rows_each = _phase_chunk(geo) if wo < PHASE_ROW_MIN else 1
+    af = acc.reshape(acc.size)
+    for a in range(r0, r1, rows_each):
+        b = min(r1, a + rows_each)
+        if wo >= PHASE_ROW_MIN:   # one output row, straight into the output
+            at = acc.ctypes.data + (out + a * wo) * item
+            panel_strided(planes + a * wq * item, 0, panel.PANEL, weights, k, 1, at, hw, 1, m1 - m0, k, wo,
+                          bias.ctypes.data + m0 * item, mode, clamp, table.ctypes.data)
+        else:   # rows [a, b) wq wide into the scratch, then their first wo columns into the output
+            cols = (b - a) * wq
+            panel_strided(planes + a * wq * item, 0, panel.PANEL, weights, k, 1, col.ctypes.data + scratch * item,
+                          cols, 1, m1 - m0, k, cols, bias.ctypes.data + m0 * item, mode, clamp, table.ctypes.data)
+            for m in range(m1 - m0):
+                src = scratch + m * cols
+                dst = out + m * hw + a * wo
+                for i in range(b - a):
+                    for j in range(wo):
+                        af[np.uint64(dst + i * wo + j)] = col[np.uint64(src + i * wq + j)]
 
 
 @njit(cache=True, nogil=True)
@@ -1241,6 +1386,8 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
     for a pointwise conv, else the im2col matrix ``prepare_panel`` gathered) through ``panel_strided``, the
     kernel's accumulators starting from the bias. ROWS: a run of whole units of output channels (returns its
     flat range); TILES: a run of output positions of every channel (returns (0, 0): strided)."""
+    if geo[KIND] == LANES_PHASES:
+        return _panel_phases(w, bias, geo, acc, col, p, nparts)
     n_all, m_all = geo[N], geo[M]
     hw = geo[HO] * geo[WO]
     k = geo[C] * geo[KH] * geo[KW]

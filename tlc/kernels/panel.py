@@ -12,7 +12,7 @@ x 768 54-57 against 49-52 GMAC/s, 197 x 768 x 192 55-58 against 48-52, 96 x 1024
 loops never keep such a block in registers (LLVM cannot prove the arrays apart), hence IR with explicit vectors;
 LLVM lowers the 16-lane vectors to what the host has (one AVX-512 register each).
 
-``tlc_panel(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp)`` (addresses and
+``tlc_panel(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp, b_rows)`` (addresses and
 element strides as int64, as ``blas.py``'s symbols): ``C[i, j] = bias + sum_k A[i, k] B[k, j]`` for rows i <
 ``rows`` and columns j < ``n`` (the bias ``bias[i]``, ``bias[j]`` or none: ``bias_mode``), clamped to [lo, hi]
 (two float32 at ``clamp``) where ``bias_mode`` has the ``CLAMP`` bit: a conv's Relu or Clip applied as the tile
@@ -22,7 +22,9 @@ what the kernel had just stored), with
 A[i, k] at ``a + i * lda + k * a_k``, C[i, j] at ``c + i * ldc + j * c_j``, and B in panels of ``PANEL``
 columns, panel p at ``b + p * step`` and its row k ``ldb`` elements after row k - 1. Packed weights are panels
 ``K x PANEL`` (``ldb = PANEL``, ``step = K * PANEL``); an activation read in place is one panel every ``PANEL``
-columns (``ldb`` its row stride, ``step = PANEL``). Whole tiles, then one tile of the last ``rows % TILE``
+columns (``ldb`` its row stride, ``step = PANEL``), or (``b_rows`` not 0) with its row k ``b_rows[k]`` elements
+from the panel's start: a convolution's taps read from its input's planes, no im2col matrix gathered. Whole
+tiles, then one tile of the last ``rows % TILE``
 rows; a last panel of fewer columns loads and stores under masks (no element past ``n`` is read or written).
 C's rows are stored as whole vectors where ``c_j`` is 1, else each vector's lanes are scattered (a conv's
 output with its channels in the kernel's lanes: NCHW has them ``H * W`` apart). Each panel (K x 128 bytes)
@@ -70,7 +72,7 @@ FLAT_MAX = 256
 SYMBOL = "tlc_panel"
 DEPTHWISE_SYMBOL = "tlc_dw3x3"
 #: the kernel's arguments (int64 each: see the module docstring)
-ARGS = 15
+ARGS = 16
 #: the bias the kernel adds (``bias_mode``'s low two bits): none, one a row of C, one a column of C
 BIAS_NONE, BIAS_ROWS, BIAS_COLUMNS = 0, 1, 2
 #: ``bias_mode``'s bit for a clamp of the stored values to [lo, hi] (read from the ``clamp`` address)
@@ -112,7 +114,7 @@ class _Emitter:
                                     name="llvm.prefetch.p0i8")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         b = self.b
-        bp, ap, cp, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp = self.fn.args
+        bp, ap, cp, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp, b_rows = self.fn.args
         fp = _f32.as_pointer()
         self.bp, self.ap, self.cp = b.inttoptr(bp, fp), b.inttoptr(ap, fp), b.inttoptr(cp, fp)
         self.bias = b.inttoptr(bias, fp)
@@ -128,6 +130,10 @@ class _Emitter:
         panels = b.sdiv(b.add(n, _const(PANEL - 1)), _const(PANEL))
         self.ahead = b.mul(step, _const(PREFETCH))   # elements from a panel's row to the row PREFETCH panels on
         self.in_place = b.icmp_signed("==", step, _const(PANEL))   # B read where it is: a panel every PANEL
+        # B's rows at the offsets (elements, int64) of a table instead of ldb apart: a conv's input planes read
+        # in place, row k of B being tap k's input row (``tlc.kernels.conv``'s PANEL on stride phases)
+        self.indirect = b.icmp_signed("!=", b_rows, _const(0))
+        self.b_rows = b.inttoptr(b_rows, _i64.as_pointer())
         self.loop(_const(0), panels, self.panel, "panel")
         b.ret_void()
 
@@ -174,13 +180,20 @@ class _Emitter:
             phi.add_incoming(ir.Constant(_vec, None), start)
             phi.add_incoming(loaded[half], with_bias)
             self.column_init.append(phi)
-        with b.if_else(self.in_place) as (streams, packed):   # each k loop with and without the prefetches
-            for prefetch, block in ((True, streams), (False, packed)):
-                with block, b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
+        with b.if_else(self.indirect) as (table, strided):
+            with table:   # rows from the table: planes in L1/L2, no prefetches
+                with b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
                     with whole:
-                        self.tiles(wp, col, False, prefetch)
+                        self.tiles(wp, col, False, "table")
                     with part:
-                        self.tiles(wp, col, True, prefetch)
+                        self.tiles(wp, col, True, "table")
+            with strided, b.if_else(self.in_place) as (streams, packed):   # k loops with and without prefetches
+                for prefetch, block in ((True, streams), (False, packed)):
+                    with block, b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
+                        with whole:
+                            self.tiles(wp, col, False, prefetch)
+                        with part:
+                            self.tiles(wp, col, True, prefetch)
 
     def tiles(self, wp, col, masked: bool, prefetch: bool) -> None:
         """Every row of the panel at ``wp``: whole tiles, then one tile of the last ``rows % TILE`` rows. Packed
@@ -189,7 +202,7 @@ class _Emitter:
         b = self.b
         full = b.sdiv(self.rows, _const(TILE))
         first = _const(0)
-        if not prefetch and NEAR:
+        if prefetch is False and NEAR:
             with b.if_then(b.icmp_signed(">", full, _const(0))):
                 self.tile(wp, col, _const(0), TILE, masked, "near")
             first = b.select(b.icmp_signed(">", full, _const(0)), _const(1), _const(0))
@@ -238,7 +251,10 @@ class _Emitter:
         b.cbranch(b.icmp_signed("<", k, self.k), inside, after)
         b.position_at_end(inside)
         vp = _vec.as_pointer()
-        row = b.gep(wp, [b.mul(k, self.ldb)])
+        if prefetch == "table":
+            row = b.gep(wp, [b.load(b.gep(self.b_rows, [k]), align=8)])
+        else:
+            row = b.gep(wp, [b.mul(k, self.ldb)])
         halves = [b.bitcast(row, vp), b.bitcast(b.gep(row, [_const(LANES)]), vp)]
         # the same row PREFETCH panels ahead, both cache lines: a B read in place (a conv's input, positions in
         # lanes) is K streams a plane apart, more than the hardware's stream prefetchers follow
@@ -247,7 +263,7 @@ class _Emitter:
             for line in range(2):
                 at = b.bitcast(b.gep(row, [_const(NEAR * PANEL + line * LANES)]), ir.IntType(8).as_pointer())
                 b.call(self.prefetch, [at, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
-        elif prefetch:
+        elif prefetch is True:
             ahead = b.gep(row, [self.ahead])
             for line in range(2):
                 at = b.bitcast(b.gep(ahead, [_const(line * LANES)]), ir.IntType(8).as_pointer())
@@ -529,7 +545,7 @@ def ensure() -> None:
 REASON = ""
 
 
-def _nothing(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp):
+def _nothing(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode, clamp, b_rows):
     return   # the stub's body: never called, ``fast()`` being False
 
 
@@ -559,14 +575,16 @@ _panel = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * ARGS)))
 
 @njit(cache=True, nogil=True, inline="always")
 def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k, n, bias_addr, bias_mode,
-                  clamp_addr=0):
+                  clamp_addr=0, b_rows=0):
     """The kernel on any strides: C[i, j] (at ``c_addr + (i * ldc + j * c_j) * 4``) = bias + sum over k of
     A[i, k] (at ``a_addr + (i * lda + k * a_k) * 4``) times B[k, j] (panel ``j // PANEL`` from ``b_addr + (j //
-    PANEL) * step * 4``, its row k ``ldb`` elements after row k - 1), for i < rows, j < n; the bias (float32,
+    PANEL) * step * 4``, its row k ``ldb`` elements after row k - 1, or where ``b_rows`` is an address, ``b_rows[k]``
+    elements (int64) from the panel's start), for i < rows, j < n; the bias (float32,
     ``bias_mode``): ``bias_addr[i]`` a row (BIAS_ROWS), ``bias_addr[j]`` a column (BIAS_COLUMNS), or none
     (BIAS_NONE: ``bias_addr`` unread); with the ``CLAMP`` bit, clamped to the two float32 at ``clamp_addr``."""
     if rows > 0 and n > 0:
-        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias_addr, bias_mode, clamp_addr)
+        _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias_addr, bias_mode, clamp_addr,
+               b_rows)
 
 
 def pack(b2d: np.ndarray) -> np.ndarray:
