@@ -198,7 +198,8 @@ class _Emitter:
     def tiles(self, wp, col, masked: bool, prefetch: bool) -> None:
         """Every row of the panel at ``wp``: whole tiles, then one tile of the last ``rows % TILE`` rows. Packed
         panels: the first whole tile prefetches the panel ``NEAR`` rows ahead (it is the one that reads it from
-        memory; the others find it in L2)."""
+        memory; the others find it in L2), and so does the last tile (the only one where there are fewer rows
+        than a tile: 8 x 1280 x 1000 on cold weights 222 -> 151 us, warm 91 -> 88)."""
         b = self.b
         full = b.sdiv(self.rows, _const(TILE))
         first = _const(0)
@@ -215,7 +216,7 @@ class _Emitter:
             block = self.fn.append_basic_block(f"rest{height}")
             switch.add_case(_const(height), block)
             b.position_at_end(block)
-            self.tile(wp, col, start, height, masked, prefetch)
+            self.tile(wp, col, start, height, masked, "near" if prefetch is False and NEAR else prefetch)
             b.branch(done)
         b.position_at_end(done)
 
