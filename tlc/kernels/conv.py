@@ -1177,6 +1177,27 @@ def _unit_channel(u, per_image, unit, m_all):
 
 
 @njit(cache=True, nogil=True)
+def _channel_runs(n_all, m_all, unit, p, nparts):
+    """Part ``p`` of ``nparts`` of the batch's units of ``unit`` output channels, as runs within one image: rows
+    (image, first channel, channel past the last), and the flat (image, channel) range [lo, hi) they cover."""
+    per_image = (m_all + unit - 1) // unit
+    units = n_all * per_image
+    u0, u1 = units * p // nparts, units * (p + 1) // nparts
+    runs = np.empty((n_all + 1, 3), np.int64)
+    count = 0
+    u = u0
+    while u < u1:
+        n = u // per_image
+        stop = min(u1, (n + 1) * per_image)
+        runs[count, 0] = n
+        runs[count, 1] = _unit_channel(u, per_image, unit, m_all) - n * m_all
+        runs[count, 2] = _unit_channel(stop, per_image, unit, m_all) - n * m_all
+        count += 1
+        u = stop
+    return runs[:count], _unit_channel(u0, per_image, unit, m_all), _unit_channel(u1, per_image, unit, m_all)
+
+
+@njit(cache=True, nogil=True)
 def prepare_winograd(x, w, bias, geo, col, p, nprep):
     """Part ``p`` of ``nprep`` of the batch's Winograd input transform (ROWS mode; nothing otherwise): into the
     shared blocks at the start of ``col`` (see ``_winograd_shared``), with part ``p``'s own input rows after them."""
@@ -1229,19 +1250,10 @@ def part_direct(x, w, bias, geo, acc, col, p, nparts):
     n_all, m_all = geo[N], geo[M]
     hw = geo[HO] * geo[WO]
     own = col[p * (col.shape[0] // nparts):]
-    blocks_per_image = (m_all + BLOCK - 1) // BLOCK
-    blocks = n_all * blocks_per_image
-    b0, b1 = blocks * p // nparts, blocks * (p + 1) // nparts
-    b = b0
-    while b < b1:
-        n = b // blocks_per_image
-        stop = min(b1, (n + 1) * blocks_per_image)
-        lo_m = _unit_channel(b, blocks_per_image, BLOCK, m_all) - n * m_all
-        hi_m = _unit_channel(stop, blocks_per_image, BLOCK, m_all) - n * m_all
-        _direct_phases(x, w, bias, geo, acc, own, n, lo_m, hi_m)
-        b = stop
-    return (_unit_channel(b0, blocks_per_image, BLOCK, m_all) * hw,
-            _unit_channel(b1, blocks_per_image, BLOCK, m_all) * hw)
+    runs, lo, hi = _channel_runs(n_all, m_all, BLOCK, p, nparts)
+    for r in range(runs.shape[0]):
+        _direct_phases(x, w, bias, geo, acc, own, runs[r, 0], runs[r, 1], runs[r, 2])
+    return lo * hw, hi * hw
 
 
 @njit(cache=True, nogil=True)
@@ -1320,22 +1332,14 @@ def _panel_phases(x, w, bias, geo, acc, col, p, nparts):
                 have = n
             _phase_block(w, bias, geo, acc, col, table, base, scratch, n, 0, m_all, r0, min(ho, r0 + rows_each))
         return 0, 0
-    per_image = (m_all + panel.TILE - 1) // panel.TILE
-    units = n_all * per_image
-    u0, u1 = units * p // nparts, units * (p + 1) // nparts
-    u = u0
-    while u < u1:
-        n = u // per_image
-        stop = min(u1, (n + 1) * per_image)
-        m0 = _unit_channel(u, per_image, panel.TILE, m_all) - n * m_all
-        m1 = _unit_channel(stop, per_image, panel.TILE, m_all) - n * m_all
+    runs, lo, hi = _channel_runs(n_all, m_all, panel.TILE, p, nparts)
+    for r in range(runs.shape[0]):
+        n = runs[r, 0]
         if n != have:
             _image_phases(x, geo, col, base, n)
             have = n
-        _phase_block(w, bias, geo, acc, col, table, base, scratch, n, m0, m1, 0, ho)
-        u = stop
-    hw = ho * wo
-    return _unit_channel(u0, per_image, panel.TILE, m_all) * hw, _unit_channel(u1, per_image, panel.TILE, m_all) * hw
+        _phase_block(w, bias, geo, acc, col, table, base, scratch, n, runs[r, 1], runs[r, 2], 0, ho)
+    return lo * ho * wo, hi * ho * wo
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1435,16 +1439,9 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
                              bias.ctypes.data, mode, clamp)
             t = stop
         return 0, 0
-    unit = panel.PANEL if channels else panel.TILE
-    per_image = (m_all + unit - 1) // unit
-    units = n_all * per_image
-    u0, u1 = units * p // nparts, units * (p + 1) // nparts
-    u = u0
-    while u < u1:
-        n = u // per_image
-        stop = min(u1, (n + 1) * per_image)
-        m0 = _unit_channel(u, per_image, unit, m_all) - n * m_all
-        m1 = _unit_channel(stop, per_image, unit, m_all) - n * m_all
+    runs, lo, hi = _channel_runs(n_all, m_all, panel.PANEL if channels else panel.TILE, p, nparts)
+    for r in range(runs.shape[0]):
+        n, m0, m1 = runs[r, 0], runs[r, 1], runs[r, 2]
         image = src + n * image_in
         at = out + (n * m_all + m0) * hw * item
         if channels:
@@ -1453,8 +1450,7 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
         else:
             panel_strided(image, hw, panel.PANEL, w.ctypes.data + m0 * k * item, k, 1, at, hw, 1, m1 - m0, k, hw,
                          bias.ctypes.data + m0 * item, mode, clamp)
-        u = stop
-    return _unit_channel(u0, per_image, unit, m_all) * hw, _unit_channel(u1, per_image, unit, m_all) * hw
+    return lo * hw, hi * hw
 
 
 @njit(cache=True, nogil=True)
