@@ -24,6 +24,7 @@ module: it imports nothing of tlc, and nothing that loads numpy.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -34,21 +35,22 @@ _applied = False
 ZEN4_FAMILY = 25
 
 
-def _cpu_flags() -> tuple[str, set[str], int]:
+@functools.cache   # read once: at ``import tlc`` (the BLAS choice) and by the conv cost model's host rates
+def _cpu_flags() -> tuple[str, frozenset[str], int]:
     """The first CPU's vendor, flags and family in /proc/cpuinfo."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             text = f.read(65536)
     except OSError:
-        return "", set(), -1
-    vendor, flags, family = "", set(), -1
+        return "", frozenset(), -1
+    vendor, flags, family = "", frozenset(), -1
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
         if key == "vendor_id" and not vendor:
             vendor = value.strip()
         elif key == "flags" and not flags:
-            flags = set(value.split())
+            flags = frozenset(value.split())
         elif key == "cpu family" and family < 0 and value.strip().isdigit():
             family = int(value)
     return vendor, flags, family
@@ -57,12 +59,17 @@ def _cpu_flags() -> tuple[str, set[str], int]:
 def zen4() -> bool:
     """An AMD CPU of family 25 (Zen 3 and Zen 4; Zen 4 runs AVX-512 in two 256-bit halves)."""
     vendor, _, family = _cpu_flags()
+    return _zen4(vendor, family)
+
+
+def _zen4(vendor: str, family: int) -> bool:
     return vendor == "AuthenticAMD" and family == ZEN4_FAMILY
 
 
 def wants_haswell_kernels() -> bool:
     """A Zen 4 (``zen4`` with AVX-512), where OpenBLAS's Haswell kernels beat its SkylakeX ones."""
-    return zen4() and "avx512f" in _cpu_flags()[1]
+    vendor, flags, family = _cpu_flags()
+    return _zen4(vendor, family) and "avx512f" in flags
 
 
 def choose_blas_kernels(environ: dict | None = None, numpy_loaded: bool | None = None) -> bool:

@@ -1393,11 +1393,7 @@ def _phase_block(w, bias, geo, acc, col, table, base, scratch, n, m0, m1, r0, r1
             panel_strided(planes + a * wq * item, 0, panel.PANEL, weights, k, 1, col.ctypes.data + scratch * item,
                           cols, 1, m1 - m0, k, cols, bias.ctypes.data + m0 * item, mode, clamp, table.ctypes.data)
             for m in range(m1 - m0):
-                src = scratch + m * cols
-                dst = out + m * hw + a * wo
-                for i in range(b - a):
-                    for j in range(wo):
-                        af[np.uint64(dst + i * wo + j)] = col[np.uint64(src + i * wq + j)]
+                _copy_rows(col[scratch + m * cols:], af, out + m * hw + a * wo, b - a, wo, wq)
 
 
 @njit(cache=True, nogil=True)

@@ -31,9 +31,9 @@ output with its channels in the kernel's lanes: NCHW has them ``H * W`` apart). 
 stays in L1/L2 while every tile of rows walks it. Where B is read in place (``step == PANEL``: K rows far
 apart, more streams than the hardware prefetchers follow) the k loop prefetches each row ``PREFETCH`` panels
 ahead; packed panels take a copy of the loops without those prefetches, except the first whole tile of each
-panel, which reads the panel from memory (a layer's weights are cold in a model) and prefetches it ``NEAR`` rows
-ahead: one Zen 5 core, weights cold, 960 -> 320 at 7x7 (channels in lanes) 201 -> 139 us, 2048 -> 512 at 7x7
-692 -> 488; warm weights unchanged.
+panel, which reads the panel from memory (a layer's weights are cold in a model), and the last tile: they
+prefetch it ``NEAR`` rows ahead (one Zen 5 core, weights cold, 960 -> 320 at 7x7 (channels in lanes) 201 -> 139
+us, 2048 -> 512 at 7x7 692 -> 488; warm weights unchanged).
 The module also holds ``tlc_dw3x3``, the vector 3x3 depthwise kernel (``_DepthwiseEmitter``). ``ensure()``
 compiles the module for the host (MCJIT, ~0.4 s; the machine code is kept in the kernel cache, keyed by this
 file's code, the CPU and llvmlite's version, and loaded in ~2 ms without generating the IR) and registers the
@@ -62,8 +62,8 @@ PANEL = 32
 TILE = 12
 #: panels ahead that the k loop prefetches B's rows (a prefetch never faults, so past the last panel is fine)
 PREFETCH = 4
-#: rows ahead that the first tile of a packed panel prefetches the panel (0: none; 16 rows gained half of 64's,
-#: 96 and 128 no more)
+#: rows ahead that the first and the last tile of a packed panel prefetch the panel (0: none; 16 rows gained half
+#: of 64's, 96 and 128 no more)
 NEAR = 64
 LANES = 16
 #: the largest plane (outputs) the depthwise kernel runs in vectors along the flattened plane (a mask word per
@@ -182,33 +182,37 @@ class _Emitter:
             self.column_init.append(phi)
         with b.if_else(self.indirect) as (table, strided):
             with table:   # rows from the table: planes in L1/L2, no prefetches
-                with b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
-                    with whole:
-                        self.tiles(wp, col, False, "table")
-                    with part:
-                        self.tiles(wp, col, True, "table")
+                self.widths(wp, col, rem, "table")
             with strided, b.if_else(self.in_place) as (streams, packed):   # k loops with and without prefetches
-                for prefetch, block in ((True, streams), (False, packed)):
-                    with block, b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
-                        with whole:
-                            self.tiles(wp, col, False, prefetch)
-                        with part:
-                            self.tiles(wp, col, True, prefetch)
+                for reads, block in (("streams", streams), ("packed", packed)):
+                    with block:
+                        self.widths(wp, col, rem, reads)
 
-    def tiles(self, wp, col, masked: bool, prefetch: bool) -> None:
-        """Every row of the panel at ``wp``: whole tiles, then one tile of the last ``rows % TILE`` rows. Packed
-        panels: the first whole tile prefetches the panel ``NEAR`` rows ahead (it is the one that reads it from
-        memory; the others find it in L2), and so does the last tile (the only one where there are fewer rows
-        than a tile: 8 x 1280 x 1000 on cold weights 222 -> 151 us, warm 91 -> 88)."""
+    def widths(self, wp, col, rem, reads: str) -> None:
+        """The panel's tiles as a whole panel, or under masks where it holds fewer than ``PANEL`` columns."""
+        b = self.b
+        with b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
+            with whole:
+                self.tiles(wp, col, False, reads)
+            with part:
+                self.tiles(wp, col, True, reads)
+
+    def tiles(self, wp, col, masked: bool, reads: str) -> None:
+        """Every row of the panel at ``wp``: whole tiles, then one tile of the last ``rows % TILE`` rows. How B's
+        rows are read (``reads``): "streams" (in place, each prefetched ``PREFETCH`` panels ahead), "packed" (no
+        prefetches), "near" (packed, prefetched ``NEAR`` rows ahead) or "table" (at ``b_rows``' offsets). Packed
+        panels: the first whole tile reads "near" (it is the one that reads the panel from memory; the others
+        find it in L2), and so does the last tile (the only one where there are fewer rows than a tile: 8 x 1280
+        x 1000 on cold weights 222 -> 151 us, warm 91 -> 88)."""
         b = self.b
         full = b.sdiv(self.rows, _const(TILE))
         first = _const(0)
-        if prefetch is False and NEAR:
+        ends = "near" if reads == "packed" and NEAR else reads   # the first whole tile's and the last tile's
+        if ends != reads:
             with b.if_then(b.icmp_signed(">", full, _const(0))):
-                self.tile(wp, col, _const(0), TILE, masked, "near")
+                self.tile(wp, col, _const(0), TILE, masked, ends)
             first = b.select(b.icmp_signed(">", full, _const(0)), _const(1), _const(0))
-        self.loop(first, full, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, masked, prefetch),
-                  "tile")
+        self.loop(first, full, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, masked, reads), "tile")
         start = b.mul(full, _const(TILE))
         done = self.fn.append_basic_block("rest_end")
         switch = b.switch(b.sub(self.rows, start), done)
@@ -216,11 +220,11 @@ class _Emitter:
             block = self.fn.append_basic_block(f"rest{height}")
             switch.add_case(_const(height), block)
             b.position_at_end(block)
-            self.tile(wp, col, start, height, masked, "near" if prefetch is False and NEAR else prefetch)
+            self.tile(wp, col, start, height, masked, ends)
             b.branch(done)
         b.position_at_end(done)
 
-    def tile(self, wp, col, r0, height: int, masked: bool, prefetch: bool) -> None:
+    def tile(self, wp, col, r0, height: int, masked: bool, reads: str) -> None:
         """Rows [r0, r0 + height) of the panel at ``wp``: the accumulators are phis of the k loop, starting from
         the bias (a row's, or the panel's columns')."""
         b = self.b
@@ -252,20 +256,17 @@ class _Emitter:
         b.cbranch(b.icmp_signed("<", k, self.k), inside, after)
         b.position_at_end(inside)
         vp = _vec.as_pointer()
-        if prefetch == "table":
+        if reads == "table":
             row = b.gep(wp, [b.load(b.gep(self.b_rows, [k]), align=8)])
         else:
             row = b.gep(wp, [b.mul(k, self.ldb)])
         halves = [b.bitcast(row, vp), b.bitcast(b.gep(row, [_const(LANES)]), vp)]
-        # the same row PREFETCH panels ahead, both cache lines: a B read in place (a conv's input, positions in
-        # lanes) is K streams a plane apart, more than the hardware's stream prefetchers follow
-        # (packed panels are one stream: there the prefetches only took load slots, 1 x 768 x 3072 117 -> 175 us)
-        if prefetch == "near":
-            for line in range(2):
-                at = b.bitcast(b.gep(row, [_const(NEAR * PANEL + line * LANES)]), ir.IntType(8).as_pointer())
-                b.call(self.prefetch, [at, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
-        elif prefetch is True:
-            ahead = b.gep(row, [self.ahead])
+        # "streams": the same row PREFETCH panels ahead, both cache lines: a B read in place (a conv's input,
+        # positions in lanes) is K streams a plane apart, more than the hardware's stream prefetchers follow
+        # (packed panels are one stream: there such prefetches in every tile only took load slots, 1 x 768 x 3072
+        # 117 -> 175 us); "near": the row NEAR rows on in the same packed stream
+        if reads in ("streams", "near"):
+            ahead = b.gep(row, [self.ahead if reads == "streams" else _const(NEAR * PANEL)])
             for line in range(2):
                 at = b.bitcast(b.gep(ahead, [_const(line * LANES)]), ir.IntType(8).as_pointer())
                 b.call(self.prefetch, [at, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
