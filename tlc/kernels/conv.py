@@ -346,7 +346,7 @@ def use_vector_depthwise(geo: np.ndarray, dtype) -> bool:
 
 def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
     """PANEL's orientation for this shape (LANES_POSITIONS or LANES_CHANNELS) and the fraction of the kernel's
-    full rate it runs at: the share of its lanes that hold outputs (the last panel of 32 is masked), less the
+    full rate it runs at: the share of its lanes that hold outputs (``panel.lanes_used``), less the
     scattered stores of LANES_CHANNELS, and a tile's rows (of 12) where there are fewer. A gathered conv deeper
     than ``PANEL_GATHER_DEEP`` takes LANES_CHANNELS: with the positions in lanes, each k-step of a panel reads a
     row of the im2col matrix a page or more from the last, and many such streams thrash (a 7x7 3 -> 64 conv at
@@ -356,8 +356,8 @@ def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
     at 64x64: 58 against 239; the stem at batch 8, 2.7 M elements gathered: 6.2 ms against 3.6 direct)."""
     hw, m = int(geo[HO] * geo[WO]), int(geo[M])
     k = int(geo[C] * geo[KH] * geo[KW])
-    positions = hw / (panel.PANEL * -(-hw // panel.PANEL)) * min(1.0, m / panel.TILE)
-    channels = m / (panel.PANEL * -(-m // panel.PANEL)) * k / (k + PANEL_SCATTER_K) * min(1.0, hw / panel.TILE)
+    positions = panel.lanes_used(hw) * min(1.0, m / panel.TILE)
+    channels = panel.lanes_used(m) * k / (k + PANEL_SCATTER_K) * min(1.0, hw / panel.TILE)
     gathered = 0 if is_pointwise(geo) else int(geo[N]) * k * hw
     if gathered and m * k * 4 <= PHASE_WEIGHTS_MAX and _phase_elements(geo) < gathered:
         return LANES_PHASES, phase_fraction(geo)
@@ -371,11 +371,11 @@ def phase_fraction(geo: np.ndarray) -> float:
     its extra columns) and a tile's rows where there are fewer output channels."""
     wo, m = int(geo[WO]), int(geo[M])
     if wo >= PHASE_ROW_MIN:
-        lanes = wo / (panel.PANEL * -(-wo // panel.PANEL))
+        lanes = panel.lanes_used(wo)
     else:
         wq = int(_phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])[1])
         cols = int(_phase_chunk(geo)) * wq
-        lanes = cols / (panel.PANEL * -(-cols // panel.PANEL)) * wo / wq
+        lanes = panel.lanes_used(cols) * wo / wq
     return lanes * min(1.0, m / panel.TILE)
 
 

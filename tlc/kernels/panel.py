@@ -189,15 +189,20 @@ class _Emitter:
                         self.widths(wp, col, rem, reads)
 
     def widths(self, wp, col, rem, reads: str) -> None:
-        """The panel's tiles as a whole panel, or under masks where it holds fewer than ``PANEL`` columns."""
+        """The panel's tiles as a whole panel, under masks where it holds fewer than ``PANEL`` columns, and in one
+        vector a row where it holds ``LANES`` or fewer (the masked second vector would be all multiply-adds for
+        nothing: a 7x7 stem's rows of 112 columns are three panels and a half)."""
         b = self.b
         with b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
             with whole:
-                self.tiles(wp, col, False, reads)
-            with part:
-                self.tiles(wp, col, True, reads)
+                self.tiles(wp, col, False, reads, 2)
+            with part, b.if_else(b.icmp_signed(">", rem, _const(LANES))) as (two, one):
+                with two:
+                    self.tiles(wp, col, True, reads, 2)
+                with one:
+                    self.tiles(wp, col, True, reads, 1)
 
-    def tiles(self, wp, col, masked: bool, reads: str) -> None:
+    def tiles(self, wp, col, masked: bool, reads: str, halves: int) -> None:
         """Every row of the panel at ``wp``: whole tiles, then one tile of the last ``rows % TILE`` rows. How B's
         rows are read (``reads``): "streams" (in place, each prefetched ``PREFETCH`` panels ahead), "packed" (no
         prefetches), "near" (packed, prefetched ``NEAR`` rows ahead) or "table" (at ``b_rows``' offsets). Packed
@@ -210,9 +215,10 @@ class _Emitter:
         ends = "near" if reads == "packed" and NEAR else reads   # the first whole tile's and the last tile's
         if ends != reads:
             with b.if_then(b.icmp_signed(">", full, _const(0))):
-                self.tile(wp, col, _const(0), TILE, masked, ends)
+                self.tile(wp, col, _const(0), TILE, masked, ends, halves)
             first = b.select(b.icmp_signed(">", full, _const(0)), _const(1), _const(0))
-        self.loop(first, full, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, masked, reads), "tile")
+        self.loop(first, full, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, masked, reads, halves),
+                  "tile")
         start = b.mul(full, _const(TILE))
         done = self.fn.append_basic_block("rest_end")
         switch = b.switch(b.sub(self.rows, start), done)
@@ -220,13 +226,14 @@ class _Emitter:
             block = self.fn.append_basic_block(f"rest{height}")
             switch.add_case(_const(height), block)
             b.position_at_end(block)
-            self.tile(wp, col, start, height, masked, ends)
+            self.tile(wp, col, start, height, masked, ends, halves)
             b.branch(done)
         b.position_at_end(done)
 
-    def tile(self, wp, col, r0, height: int, masked: bool, reads: str) -> None:
-        """Rows [r0, r0 + height) of the panel at ``wp``: the accumulators are phis of the k loop, starting from
-        the bias (a row's, or the panel's columns')."""
+    def tile(self, wp, col, r0, height: int, masked: bool, reads: str, halves: int) -> None:
+        """Rows [r0, r0 + height) of the panel at ``wp`` in ``halves`` vectors a row (2; 1 where the panel holds
+        at most ``LANES`` columns): the accumulators are phis of the k loop, starting from the bias (a row's, or
+        the panel's columns')."""
         b = self.b
         start = b.block
         with b.if_then(self.row_bias):
@@ -239,7 +246,7 @@ class _Emitter:
             phi.add_incoming(ir.Constant(_vec, None), start)
             phi.add_incoming(loaded[a], with_bias)
             rows.append(phi)
-        init = [b.fadd(row, self.column_init[half]) for row in rows for half in range(2)]   # one of two is zero
+        init = [b.fadd(row, self.column_init[half]) for row in rows for half in range(halves)]   # one is zero
         before = b.block
         head = self.fn.append_basic_block("k_head")
         inside = self.fn.append_basic_block("k_body")
@@ -260,26 +267,26 @@ class _Emitter:
             row = b.gep(wp, [b.load(b.gep(self.b_rows, [k]), align=8)])
         else:
             row = b.gep(wp, [b.mul(k, self.ldb)])
-        halves = [b.bitcast(row, vp), b.bitcast(b.gep(row, [_const(LANES)]), vp)]
+        vectors = [b.bitcast(b.gep(row, [_const(half * LANES)]), vp) for half in range(halves)]
         # "streams": the same row PREFETCH panels ahead, both cache lines: a B read in place (a conv's input,
         # positions in lanes) is K streams a plane apart, more than the hardware's stream prefetchers follow
         # (packed panels are one stream: there such prefetches in every tile only took load slots, 1 x 768 x 3072
         # 117 -> 175 us); "near": the row NEAR rows on in the same packed stream
         if reads in ("streams", "near"):
             ahead = b.gep(row, [self.ahead if reads == "streams" else _const(NEAR * PANEL)])
-            for line in range(2):
+            for line in range(halves):
                 at = b.bitcast(b.gep(ahead, [_const(line * LANES)]), ir.IntType(8).as_pointer())
                 b.call(self.prefetch, [at, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
         if masked:   # past N: zeros, never read
-            w0, w1 = (b.call(self.load, [h, ir.Constant(_i32, 4), m, ir.Constant(_vec, None)])
-                      for h, m in zip(halves, self.masks, strict=True))
+            panel = [b.call(self.load, [h, ir.Constant(_i32, 4), m, ir.Constant(_vec, None)])
+                     for h, m in zip(vectors, self.masks, strict=False)]
         else:
-            w0, w1 = (b.load(h, align=4) for h in halves)
+            panel = [b.load(h, align=4) for h in vectors]
         ka = b.mul(k, self.a_k)
         new = []
         for a in range(height):
             v = _splat(b, b.load(b.gep(self.ap, [b.add(b.mul(b.add(r0, _const(a)), self.lda), ka)]), align=4), _vec)
-            new += [b.call(self.fma, [w0, v, acc[2 * a]]), b.call(self.fma, [w1, v, acc[2 * a + 1]])]
+            new += [b.call(self.fma, [w, v, acc[halves * a + half]]) for half, w in enumerate(panel)]
         k.add_incoming(b.add(k, _const(1)), b.block)
         for phi, value in zip(acc, new, strict=True):
             phi.add_incoming(value, b.block)
@@ -292,20 +299,20 @@ class _Emitter:
             with rows:   # C's rows are contiguous: whole vectors (under masks past N)
                 for a in range(height):
                     out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), col)])
-                    for half in range(2):
+                    for half in range(halves):
                         at = b.bitcast(b.gep(out, [_const(half * LANES)]), vp)
                         if masked:
-                            b.call(self.store, [acc[2 * a + half], at, ir.Constant(_i32, 4), masks[half]])
+                            b.call(self.store, [acc[halves * a + half], at, ir.Constant(_i32, 4), masks[half]])
                         else:
-                            b.store(acc[2 * a + half], at, align=4)
+                            b.store(acc[halves * a + half], at, align=4)
             with scattered:   # C's columns are strided (a transposed output): each vector's lanes scattered
                 for a in range(height):
                     out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), b.mul(col, self.c_j))])
-                    for half in range(2):
+                    for half in range(halves):
                         at = b.ptrtoint(b.gep(out, [b.mul(_const(half * LANES), self.c_j)]), _i64)
                         ptrs = b.inttoptr(b.add(_splat(b, at, ir.VectorType(_i64, LANES)), self.lane_bytes),
                                           _ptrs)
-                        b.call(self.scatter, [acc[2 * a + half], ptrs, ir.Constant(_i32, 4), masks[half]])
+                        b.call(self.scatter, [acc[halves * a + half], ptrs, ir.Constant(_i32, 4), masks[half]])
 
 
 def _clamp_bounds(b: ir.IRBuilder, flags, clamp) -> list:
@@ -587,6 +594,16 @@ def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k
     if rows > 0 and n > 0:
         _panel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias_addr, bias_mode, clamp_addr,
                b_rows)
+
+
+def lanes_used(n: int) -> float:
+    """The share of the kernel's lanes that hold C's ``n`` columns: whole panels of two vectors, a last one of
+    ``LANES`` or fewer columns in one vector (masked), of more in two."""
+    if n <= 0:
+        return 1.0
+    rest = n % PANEL
+    vectors = 2 * (n // PANEL) + (0 if rest == 0 else 1 if rest <= LANES else 2)
+    return n / (LANES * vectors)
 
 
 def pack(b2d: np.ndarray) -> np.ndarray:
