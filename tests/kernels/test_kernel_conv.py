@@ -34,7 +34,8 @@ GEOMETRIES = [
     (2, 6, 9, 5, 3, 1, 1, 1, 1),      # Winograd: odd output size (ragged last tiles), two images
     (1, 4, 6, 3, 3, 1, 0, 1, 1),      # Winograd without padding (4x4 output)
     (1, 70, 40, 80, 3, 1, 1, 1, 1),   # Winograd in several chunks a part
-    (2, 3, 52, 13, 7, 2, 3, 1, 1),    # a 7x7 stride-2 stem: PANEL on the phases a row at a time (26 wide)
+    (2, 3, 64, 13, 7, 2, 3, 1, 1),    # a 7x7 stride-2 stem: PANEL on the phases a row at a time (32 wide)
+    (1, 32, 56, 13, 3, 2, 1, 1, 1),   # ... rows of 28 in chunks of 11 rows 29 wide (``_phase_rows``)
 ]
 
 

@@ -122,6 +122,13 @@ def test_global_pool(op, rng):
     check(op, [rng.standard_normal((2, 5, 7, 6), dtype=np.float32)], {})
 
 
+@pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
+def test_pool_whose_window_is_the_plane_runs_the_global_reduction(op, rng):
+    """ResNet's 7x7 AveragePool on 7x7 planes: the global pool's plane kernel, not the window kernel."""
+    note = check(op, [rng.standard_normal((2, 5, 7, 6), dtype=np.float32)], {"kernel_shape": [7, 6]})
+    assert "plane kernel" in note
+
+
 def test_lrn(rng):
     x = rng.standard_normal((2, 7, 5, 4), dtype=np.float32)
     check("LRN", [x], {"size": 5, "alpha": 1e-2, "beta": 0.75, "bias": 2.0})

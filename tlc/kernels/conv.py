@@ -63,7 +63,11 @@ N, C, H, W, M, KH, KW, HO, WO, GROUP, SH, SW, DH, DW, PT, PL, LAYOUT, ALGO, MODE
 #: a clamp of the output (``set_clamp``: a Relu or Clip the PANEL kernel applies as it stores): whether there is
 #: one, and its bounds as two float32 in one field (lo in the low half)
 CLAMP, CLAMP_BOUNDS = 21, 22
-GEO_SIZE = 23
+#: LANES_PHASES: 1 where the batch's phases are made once, by the preparation's parts, and read by every part
+#: (fewer images than parts: each part would make the same image's phases), 0 where each part makes an image's
+#: own in its scratch
+SHARED = 23
+GEO_SIZE = 24
 GEMM, DIRECT, DEPTHWISE, WINOGRAD, PANEL = 0, 1, 2, 3, 4
 ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd", "panel")
 IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
@@ -73,13 +77,16 @@ IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batc
 LANES_POSITIONS, LANES_CHANNELS = 0, 1
 #: PANEL's third orientation: positions in lanes as LANES_POSITIONS, the input read where ``_into_phases`` put its
 #: stride phases instead of gathered into an im2col matrix (the kernel's row k of B is tap k's input row, at an
-#: offset from a table: ``panel_strided``'s ``b_rows``); per output row (``wo`` of at least ``PHASE_ROW_MIN``) or
-#: per chunk of rows ``wq`` wide, their extra columns dropped as they are copied out (``_copy_rows``)
+#: offset from a table: ``panel_strided``'s ``b_rows``); per output row or per chunk of rows ``wq`` wide, their
+#: extra columns dropped as they are copied out (``_copy_rows``), as ``_phase_rows`` chooses
 LANES_PHASES = 2
-#: output rows this wide or wider run a kernel call each, straight into the output; narrower ones in chunks
+#: output rows this wide or wider run a kernel call each, straight into the output, unless chunks of rows fill
+#: the kernel's lanes better by more than copying them out costs (``_phase_rows``); narrower ones in chunks
 PHASE_ROW_MIN = 24
-#: columns (rows ``wq`` wide) of a chunk of narrow output rows: four panels
-PHASE_CHUNK_COLUMNS = 128
+#: columns (rows ``wq`` wide) of a chunk of output rows at most: ten panels
+PHASE_CHUNK_COLUMNS = 320
+#: what copying an output element out of a chunk costs, in the kernel's multiply-adds (~0.15 ns)
+PHASE_COPY_MACS = 16
 #: the weights (bytes) up to which LANES_PHASES applies: every panel of output positions reads all of them again
 #: (deeper convs take LANES_CHANNELS, whose weight panels stay in L2 while every position runs through them)
 PHASE_WEIGHTS_MAX = 1 << 20
@@ -277,7 +284,7 @@ def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
             return np.inf
         lanes, fraction = panel_lanes(geo)
         if lanes == LANES_PHASES:   # the input copied into its phases, narrow rows copied out of a scratch
-            copied = 0 if geo[WO] >= PHASE_ROW_MIN else geo[N] * geo[M] * geo[HO] * geo[WO]
+            copied = 0 if _phase_rows(geo) == 0 else geo[N] * geo[M] * geo[HO] * geo[WO]
             return work / (PANEL_MACS_PER_S * fraction) + (_phase_elements(geo) + copied) / IM2COL_ELEMS_PER_S
         if gather > PANEL_COL_MAX:
             return np.inf
@@ -370,12 +377,12 @@ def phase_fraction(geo: np.ndarray) -> float:
     """LANES_PHASES's fraction of the kernel's full rate: the lanes that hold outputs (a row's, or a chunk's less
     its extra columns) and a tile's rows where there are fewer output channels."""
     wo, m = int(geo[WO]), int(geo[M])
-    if wo >= PHASE_ROW_MIN:
+    rows = int(_phase_rows(geo))
+    if rows == 0:
         lanes = panel.lanes_used(wo)
     else:
         wq = int(_phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])[1])
-        cols = int(_phase_chunk(geo)) * wq
-        lanes = panel.lanes_used(cols) * wo / wq
+        lanes = panel.lanes_used(rows * wq) * wo / wq
     return lanes * min(1.0, m / panel.TILE)
 
 
@@ -384,11 +391,25 @@ def _phase_elements(geo) -> int:
     return int(geo[N] * geo[C]) * int(_phase_sizes(geo)[2])
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _phase_chunk(geo):
-    """Output rows a LANES_PHASES chunk holds (narrow rows: ``PHASE_CHUNK_COLUMNS`` columns ``wq`` wide, or all)."""
+@njit(cache=True, nogil=True)
+def _phase_rows(geo):
+    """Output rows a LANES_PHASES kernel call covers: 0 for one row straight into the output, else a chunk of that
+    many rows ``wq`` wide in the scratch, copied out without their extra columns: as many rows (up to
+    ``PHASE_CHUNK_COLUMNS`` columns) as fill the kernel's lanes best. Rows narrower than ``PHASE_ROW_MIN`` always
+    go in chunks; wider ones where the chunk's lanes gain more than the copy costs (ResNet's 3x3 s2 convs to
+    28x28, rows of 28 in two vectors: 1083 -> 1013 us for 128 -> 128 at 56x56 in chunks of 11 rows 29 wide)."""
     wq = _phase_dims(geo[HO], geo[WO], geo[KH], geo[KW], geo[SH], geo[SW], geo[DH], geo[DW])[1]
-    return max(1, min(geo[HO], PHASE_CHUNK_COLUMNS // wq))
+    best, best_lanes = 1, 0.0
+    for r in range(1, max(1, min(geo[HO], PHASE_CHUNK_COLUMNS // wq)) + 1):
+        lanes = panel.lanes_used(r * wq)
+        if lanes >= best_lanes:
+            best, best_lanes = r, lanes
+    if geo[WO] < PHASE_ROW_MIN:
+        return best
+    k = geo[C] * geo[KH] * geo[KW]
+    if k * wq / (best_lanes * geo[WO]) + PHASE_COPY_MACS < k / panel.lanes_used(geo[WO]):
+        return best
+    return 0
 
 
 def _panel_units(geo) -> int:
@@ -453,7 +474,8 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         if is_pointwise(geo):
             return 1, nparts, 0
         if geo[KIND] == LANES_PHASES:   # each part: one image's phases and a chunk of output rows
-            return nparts * int(_phase_region(geo)), nparts, 0
+            geo[SHARED] = 1 if 1 < nparts and geo[N] < nparts else 0
+            return int(_phase_shared(geo)) + nparts * int(_phase_region(geo)), nparts, nparts * geo[SHARED]
         rows = int(geo[N] * geo[C] * geo[KH] * geo[KW])
         return rows * int(geo[HO] * geo[WO]), nparts, min(nparts, rows)
     if geo[ALGO] != GEMM:
@@ -1297,7 +1319,13 @@ def part_gemm(x, w, bias, geo, acc, col, p, nparts):
 def prepare_panel(x, w, bias, geo, col, p, nprep):
     """Part ``p`` of ``nprep`` of the batch's im2col (PANEL with a gather; nothing for a pointwise conv, or on
     the stride phases, which each part makes for itself)."""
-    if col.shape[0] > 1 and geo[KIND] != LANES_PHASES:
+    if geo[KIND] == LANES_PHASES:
+        if geo[SHARED]:   # planes [q0, q1) of the batch's phases
+            planes = geo[N] * geo[C]
+            phases = _phase_sizes(geo)[2]
+            for q in range(planes * p // nprep, planes * (p + 1) // nprep):
+                _plane_phases(x, geo, col, q * phases, q // geo[C], q % geo[C])
+    elif col.shape[0] > 1:
         _im2col_part(x, geo, col, p, nprep)
 
 
@@ -1305,7 +1333,9 @@ def prepare_panel(x, w, bias, geo, col, p, nprep):
 def _panel_phases(x, w, bias, geo, acc, col, p, nparts):
     """``part_panel`` on the stride phases of each image's planes, which the part makes in its own scratch
     before it computes that image (so that they are in L2 while it does: ResNet's stem at batch 8 ran 12.5 ms
-    with the batch's phases made first, 10.0 an image at a time). ROWS: a run of whole units of output channels
+    with the batch's phases made first, 10.0 an image at a time), or (``geo[SHARED]``: fewer images than parts)
+    which the preparation made once for every part (ResNet's 3x3 128 -> 128 s2 at 56x56, batch 1, 2 threads:
+    each part making the image's phases cost ~100 us of 640). ROWS: a run of whole units of output channels
     (returns its flat range); TILES: a run of chunks of output rows, every channel (returns (0, 0)). The kernel
     reads row k of B at tap k's offset in its channel's phases (a table of the K offsets)."""
     n_all, m_all, c_all = geo[N], geo[M], geo[C]
@@ -1318,16 +1348,21 @@ def _panel_phases(x, w, bias, geo, acc, col, p, nparts):
         for t in range(taps):
             table[c * taps + t] = c * phases + _phase_offset(t // kw, t % kw, geo[SW], geo[SH], geo[DH], geo[DW],
                                                               hq, wq)
-    rows_each = _phase_chunk(geo) if wo < PHASE_ROW_MIN else 1
-    base = p * _phase_region(geo)                            # this part's phases, then its chunk of output rows
-    scratch = base + -(-(c_all * phases) // SLOT) * SLOT
+    rows_each = max(1, _phase_rows(geo))
+    shared = geo[SHARED] != 0
+    image = c_all * phases
+    # this part's phases (unless shared), then its chunk of output rows
+    base = _phase_shared(geo) + p * _phase_region(geo)
+    scratch = base + (0 if shared else -(-image // SLOT) * SLOT)
     have = -1                                                # the image whose phases the scratch holds
     if geo[MODE] == TILES:
         chunks = (ho + rows_each - 1) // rows_each
         units = n_all * chunks
         for u in range(units * p // nparts, units * (p + 1) // nparts):
             n, r0 = u // chunks, (u % chunks) * rows_each
-            if n != have:
+            if shared:
+                base = n * image
+            elif n != have:
                 _image_phases(x, geo, col, base, n)
                 have = n
             _phase_block(w, bias, geo, acc, col, table, base, scratch, n, 0, m_all, r0, min(ho, r0 + rows_each))
@@ -1335,7 +1370,9 @@ def _panel_phases(x, w, bias, geo, acc, col, p, nparts):
     runs, lo, hi = _channel_runs(n_all, m_all, panel.TILE, p, nparts)
     for r in range(runs.shape[0]):
         n = runs[r, 0]
-        if n != have:
+        if shared:
+            base = n * image
+        elif n != have:
             _image_phases(x, geo, col, base, n)
             have = n
         _phase_block(w, bias, geo, acc, col, table, base, scratch, n, runs[r, 1], runs[r, 2], 0, ho)
@@ -1344,30 +1381,46 @@ def _panel_phases(x, w, bias, geo, acc, col, p, nparts):
 
 @njit(cache=True, nogil=True, inline="always")
 def _phase_region(geo):
-    """Elements of a LANES_PHASES part's scratch: an image's phases, then a chunk of narrow output rows."""
+    """Elements of a LANES_PHASES part's scratch: an image's phases (unless ``geo[SHARED]``), then a chunk of
+    output rows."""
     _, wq, phases, _ = _phase_sizes(geo)
-    chunk = 0 if geo[WO] >= PHASE_ROW_MIN else geo[M] * _phase_chunk(geo) * wq
-    return -(-(geo[C] * phases) // SLOT) * SLOT + -(-chunk // SLOT) * SLOT
+    chunk = geo[M] * _phase_rows(geo) * wq
+    own = 0 if geo[SHARED] else -(-(geo[C] * phases) // SLOT) * SLOT
+    return own + -(-chunk // SLOT) * SLOT
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _phase_shared(geo):
+    """Elements of the batch's phases that a LANES_PHASES conv with ``geo[SHARED]`` makes once (before the parts'
+    scratch), else 0."""
+    return -(-(geo[N] * geo[C] * _phase_sizes(geo)[2]) // SLOT) * SLOT if geo[SHARED] else 0
 
 
 @njit(cache=True, nogil=True)
 def _image_phases(x, geo, col, base, n):
     """Image ``n``'s planes split into their stride phases (``_into_phases``, the padding zeros) at ``col[base:]``."""
+    phases = _phase_sizes(geo)[2]
+    for c in range(geo[C]):
+        _plane_phases(x, geo, col, base + c * phases, n, c)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _plane_phases(x, geo, col, at, n, c):
+    """Plane (n, c) split into its stride phases (the padding zeros) at ``col[at:]``."""
     h, width = geo[H], geo[W]
     hq, wq, phases, _ = _phase_sizes(geo)
-    xf = x.reshape(x.size)
-    for c in range(geo[C]):
-        ph = col[base + c * phases:base + (c + 1) * phases]
-        for j in range(phases):
-            ph[j] = 0.0
-        _into_phases(xf, (n * geo[C] + c) * h * width, h, width, ph, geo[SH], geo[SW], geo[PT], geo[PL], hq, wq)
+    ph = col[at:at + phases]
+    for j in range(phases):
+        ph[j] = 0.0
+    _into_phases(x.reshape(x.size), (n * geo[C] + c) * h * width, h, width, ph, geo[SH], geo[SW], geo[PT], geo[PL],
+                 hq, wq)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _phase_block(w, bias, geo, acc, col, table, base, scratch, n, m0, m1, r0, r1):
-    """Output channels [m0, m1) of image ``n``, output rows [r0, r1), from its phases at ``col[base:]``: rows
-    ``PHASE_ROW_MIN`` wide or wider a kernel call each, straight into the output; narrower ones a chunk at a
-    time into the scratch at ``col[scratch:]``, ``wq`` wide, then copied out without their extra columns."""
+    """Output channels [m0, m1) of image ``n``, output rows [r0, r1), from its phases at ``col[base:]``: a kernel
+    call a row, straight into the output, or (``_phase_rows``) a chunk of rows at a time into the scratch at
+    ``col[scratch:]``, ``wq`` wide, then copied out without their extra columns."""
     m_all, c_all, ho, wo = geo[M], geo[C], geo[HO], geo[WO]
     hw = ho * wo
     k = c_all * geo[KH] * geo[KW]
@@ -1380,11 +1433,12 @@ def _phase_block(w, bias, geo, acc, col, table, base, scratch, n, m0, m1, r0, r1
     planes = col.ctypes.data + base * item
     weights = w.ctypes.data + m0 * k * item
     out = (n * m_all + m0) * hw
-    rows_each = _phase_chunk(geo) if wo < PHASE_ROW_MIN else 1
+    chunked = _phase_rows(geo)
+    rows_each = max(1, chunked)
     af = acc.reshape(acc.size)
     for a in range(r0, r1, rows_each):
         b = min(r1, a + rows_each)
-        if wo >= PHASE_ROW_MIN:   # one output row, straight into the output
+        if chunked == 0:   # one output row, straight into the output
             at = acc.ctypes.data + (out + a * wo) * item
             panel_strided(planes + a * wq * item, 0, panel.PANEL, weights, k, 1, at, hw, 1, m1 - m0, k, wo,
                           bias.ctypes.data + m0 * item, mode, clamp, table.ctypes.data)

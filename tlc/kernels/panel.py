@@ -599,6 +599,7 @@ def panel_strided(b_addr, ldb, step, a_addr, lda, a_k, c_addr, ldc, c_j, rows, k
                b_rows)
 
 
+@njit(cache=True, nogil=True)
 def lanes_used(n: int) -> float:
     """The share of the kernel's lanes that hold C's ``n`` columns: whole panels of two vectors, a last one of
     ``LANES`` or fewer columns in one vector (masked), of more in two."""
