@@ -108,11 +108,13 @@ def test_num_threads_governs_numba_and_blas_during_a_run_only(rng):
     before = blas.get_threads()
     seen = []
     outer, inner = threads.Governor(3), threads.Governor(1)
-    with outer:
-        seen.append(blas.get_threads())
-        with inner:                                # nested (or concurrent) runs: the outermost restores
-            seen.append(blas.get_threads())
-        seen.append(blas.get_threads())
+    token = outer.enter()
+    seen.append(blas.get_threads())
+    nested = inner.enter()                         # nested (or concurrent) runs: the outermost restores
+    seen.append(blas.get_threads())
+    inner.exit(nested)
+    seen.append(blas.get_threads())
+    outer.exit(token)
     assert seen == [1, 1, 1] and blas.get_threads() == before
     plan = compile(small_graph(), num_threads=1)
     plan.run({"x": rng.standard_normal((2, 4), dtype=np.float32)})
@@ -134,10 +136,11 @@ def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
     gov = threads.Governor(2, uses_blas=False)
     gov._long = True                                    # as if its last run took long enough
     monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: False)
-    with gov:
-        during = os.sched_getaffinity(0)
-        team = place._teams[threading.get_ident()]
-        held = {tid: os.sched_getaffinity(tid) for tid in team.workers}
+    token = gov.enter()
+    during = os.sched_getaffinity(0)
+    team = place._teams[threading.get_ident()]
+    held = {tid: os.sched_getaffinity(tid) for tid in team.workers}
+    gov.exit(token)
     assert len(during) == 1 and during <= before and os.sched_getaffinity(0) == before
     me = threading.get_native_id()
     tasks = {int(t) for t in os.listdir("/proc/self/task")}
@@ -146,9 +149,10 @@ def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
     assert all(os.sched_getaffinity(tid) == before for tid in team.workers)   # let go after the run too
     monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: True)
     gov._long = True
-    with gov:
-        assert os.sched_getaffinity(0) == before
-        assert all(os.sched_getaffinity(tid) == before for tid in team.workers)
+    token = gov.enter()
+    assert os.sched_getaffinity(0) == before
+    assert all(os.sched_getaffinity(tid) == before for tid in team.workers)
+    gov.exit(token)
 
 
 def test_planner_never_writes_in_place_over_a_view_still_read():

@@ -141,8 +141,12 @@ class Plan:
             state = self._specs[()]
         else:
             state, arrays = self._checked(feeds)
-        with self._governors[state.spec.uses_blas]:
+        governor = self._governors[state.spec.uses_blas]
+        token = governor.enter()
+        try:
             outputs = self._execute(state, arrays, profile)
+        finally:
+            governor.exit(token)
         self._runs.incr()
         return dict(zip(self._out_names, outputs))
 

@@ -39,6 +39,8 @@ SPIN_COUNT = 50_000
 
 #: a run shorter than this (the plan's previous one) is not worth the ~7 us of placement calls
 PLACE_MIN_S = 1e-3
+#: a plan whose runs are short times one run in this many (whether they have become long)
+SAMPLE_RUNS = 8
 #: how often (s) placement looks whether other processes keep our CPUs busy (~20 us a look)
 LOOK_S = 0.1
 
@@ -231,9 +233,10 @@ def placement() -> Placement:
 
 
 class Governor:
-    """``with governor:`` around a run: Numba's count for this thread, the run's threads held apart
-    (``Placement``) when its plan's last run was long enough and, for plans that call BLAS (``uses_blas``),
-    BLAS single-threaded meanwhile."""
+    """Around a run (``token = governor.enter()`` ... ``governor.exit(token)``): Numba's count for this thread, the
+    run's threads held apart (``Placement``) when its plan's last timed run was long enough and, for plans that
+    call BLAS (``uses_blas``), BLAS single-threaded meanwhile. A run is timed when the last timed one was long, and
+    otherwise one run in ``SAMPLE_RUNS``: timing every run of a one-op plan cost 0.33 us of its 2.0 at 2 threads."""
 
     def __init__(self, threads: int, uses_blas: bool = True):
         import numba
@@ -242,10 +245,12 @@ class Governor:
         self.uses_blas = uses_blas and blas.AVAILABLE
         self._get = self._set = None
         self._place: Placement | None = None
-        self._long = False              # the last run took at least PLACE_MIN_S
-        self._local = threading.local()
+        self._long = False              # the last timed run took at least PLACE_MIN_S
+        # runs since the last timed one (approximate under concurrent runs); the first run is timed
+        self._runs = SAMPLE_RUNS - 1
 
-    def __enter__(self) -> None:
+    def enter(self) -> tuple[bool, float] | None:
+        """Begin a run on the calling thread; returns the token ``exit`` takes: (placed, start) for a timed run."""
         global _depth, _blas_before
         if self._get is None:
             self._get, self._set = _thread_count_functions()
@@ -254,13 +259,14 @@ class Governor:
                 self._place = place if place.enabled else None
         if self._get() != self.threads:
             self._set(self.threads)
+        token = None
         if self._place is not None:   # runs at one thread (or unplaceable) keep no timings
-            if self._long:
-                self._place.enter(self.threads)
-            stack = getattr(self._local, "stack", None)
-            if stack is None:
-                stack = self._local.stack = []
-            stack.append((self._long, time.perf_counter()))
+            self._runs += 1
+            if self._long or self._runs >= SAMPLE_RUNS:
+                self._runs = 0
+                if self._long:
+                    self._place.enter(self.threads)
+                token = (self._long, time.perf_counter())
         if self.uses_blas:
             with _lock:
                 if _depth == 0:
@@ -268,11 +274,13 @@ class Governor:
                     if _blas_before != 1:
                         blas.set_threads(1)
                 _depth += 1
+        return token
 
-    def __exit__(self, *exc) -> None:
+    def exit(self, token: tuple[bool, float] | None) -> None:
+        """End the run that ``enter`` began with ``token``."""
         global _depth
-        if self._place is not None:
-            placed, start = self._local.stack.pop()
+        if token is not None:
+            placed, start = token
             if placed:
                 self._place.exit()
             self._long = time.perf_counter() - start >= PLACE_MIN_S
