@@ -117,6 +117,28 @@ def test_pool_matches_onnxruntime(name, rng):
     check(op, [x], attrs)
 
 
+@pytest.mark.parametrize("attrs", [{"strides": [2, 2], "pads": [1, 1, 1, 1]}, {"strides": [1, 1], "pads": [1, 1, 1, 1]},
+                                   {"strides": [2, 2], "pads": [1, 1, 0, 0]},
+                                   {"strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}])
+def test_max_pool_3x3_on_the_vector_kernel(attrs, rng):
+    """3x3 max pools with padding 1 at the start (ResNet's stem pool) on the depthwise kernel's loops, where the
+    host runs them: planes of 37 x 40 (three vectors a row, the last ragged) against onnxruntime, and NaN and
+    infinities where the reference puts them (a NaN counts as a window's first tap only)."""
+    from tlc.kernels import panel
+
+    x = rng.standard_normal((2, 3, 37, 40), dtype=np.float32)
+    note = check("MaxPool", [x], {"kernel_shape": [3, 3], **attrs})
+    assert note.startswith("vector pool kernel") == panel.fast(), note
+    x[0, 0, 0, 0] = np.nan      # the first tap of the first window (its other taps are padding or later)
+    x[0, 1, 5, 7] = np.nan      # a later tap of several windows
+    x[1, 2, 36, 39] = np.inf
+    x[1, 0, 10, 20] = -np.inf
+    have, _ = run_library("MaxPool", [x], {"kernel_shape": [3, 3], **attrs})
+    g = tlc.Graph("pool")
+    g.output(g.add_node("MaxPool", [g.input("x", "float32", x.shape)], kernel_shape=[3, 3], **attrs), "y")
+    np.testing.assert_array_equal(have, tlc.reference.run(g, {"x": x})["y"])
+
+
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
 def test_global_pool(op, rng):
     check(op, [rng.standard_normal((2, 5, 7, 6), dtype=np.float32)], {})

@@ -79,6 +79,8 @@ BIAS_NONE, BIAS_ROWS, BIAS_COLUMNS = 0, 1, 2
 CLAMP = 4
 #: ``tlc_dw3x3``'s arguments (int64 each)
 DEPTHWISE_ARGS = 12
+#: ``tlc_dw3x3``'s ``flags`` bit for a 3x3 max pool instead of the convolution (no weights, bias or clamp)
+MAX_POOL = 8
 
 _f32, _i64, _i32 = ir.FloatType(), ir.IntType(64), ir.IntType(32)
 _vec = ir.VectorType(_f32, LANES)
@@ -351,7 +353,9 @@ class _DepthwiseEmitter:
     vectors and the first lane of a third) and nine fused multiply-adds with the
     plane's weights, held in registers, then one masked store. Rows of the padding are skipped. A small plane
     (stride 1, at most 8 wide) runs in vectors of 16 consecutive outputs of the flattened plane instead, each
-    tap one masked load (its masks, which drop what lies across a row's end, computed once for every plane)."""
+    tap one masked load (its masks, which drop what lies across a row's end, computed once for every plane).
+    With the ``MAX_POOL`` bit in ``flags`` the same loops take a 3x3 max pool instead (``max_pool_3x3``): the
+    masked loads give -inf for the padding, and the taps are compared, not multiplied and added."""
 
     def __init__(self, module: ir.Module, loops: _Emitter):
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * DEPTHWISE_ARGS),
@@ -367,24 +371,29 @@ class _DepthwiseEmitter:
         self.lanes = ir.Constant(ir.VectorType(_i64, LANES), list(range(LANES)))
         self.lanes2 = ir.Constant(ir.VectorType(_i64, LANES), list(range(LANES, 2 * LANES)))
         self.zero = ir.Constant(_vec, None)
+        self.neg_inf = ir.Constant(_vec, [float("-inf")] * LANES)
+        pool = b.icmp_signed("!=", b.and_(flags, _const(MAX_POOL)), _const(0))
         # a small plane (stride 1, as wide as its input, at most 8 columns) in vectors along the flattened plane
         # instead of one masked vector a row (a 7x7 plane: 4 vectors of 16 instead of 7 holding 7 each; measured
         # on one core, 960 planes: 26 -> 22 us; 14-wide planes were slower flat, 21 -> 29 us for 384 of them)
         hw = b.mul(self.ho, self.wo)
         narrow = b.and_(b.icmp_signed("<=", self.wo, _const(LANES // 2)), b.icmp_signed("<=", hw, _const(FLAT_MAX)))
         flat = b.and_(b.and_(b.icmp_signed("==", stride, _const(1)), b.icmp_signed("==", self.wo, self.width)), narrow)
+        flat = b.and_(flat, b.not_(pool))
         self.masks = b.alloca(ir.IntType(16), FLAT_MAX // LANES * 10)   # per vector: nine taps' masks, the store's
         with b.if_else(flat) as (small, rows):
             with small:
                 chunks = b.sdiv(b.add(hw, _const(LANES - 1)), _const(LANES))
                 _Emitter.loop(self, _const(0), chunks, lambda c: self.flat_masks(c, hw), "masks")
                 _Emitter.loop(self, _const(0), planes, lambda q: self.flat_plane(q, hw, chunks), "planef")
-            with rows:
-                with b.if_else(b.icmp_signed("==", stride, _const(1))) as (one, two):
-                    with one:
-                        _Emitter.loop(self, _const(0), planes, lambda q: self.plane(q, 1), "plane1")
-                    with two:
-                        _Emitter.loop(self, _const(0), planes, lambda q: self.plane(q, 2), "plane2")
+            with rows, b.if_else(pool) as (maximum, conv):
+                for block, reduce in ((maximum, "max"), (conv, "fma")):
+                    with block, b.if_else(b.icmp_signed("==", stride, _const(1))) as (one, two):
+                        for strided, stride_ in ((one, 1), (two, 2)):
+                            with strided:
+                                _Emitter.loop(self, _const(0), planes,
+                                              lambda q, s_=stride_, r_=reduce: self.plane(q, s_, r_),
+                                              f"plane{stride_}{reduce}")
         b.ret_void()
 
     def flat_masks(self, c, hw) -> None:
@@ -434,9 +443,14 @@ class _DepthwiseEmitter:
 
         _Emitter.loop(self, _const(0), chunks, vector, "jf")
 
-    def plane_setup(self, q) -> None:
-        """Plane ``q``'s nine weights and bias as splatted vectors, its input and output planes."""
+    def plane_setup(self, q, reduce: str = "fma") -> None:
+        """Plane ``q``'s nine weights and bias as splatted vectors (none for a max pool), its input and output
+        planes."""
         b = self.b
+        self.x = b.gep(self.xp, [b.mul(q, b.mul(self.h, self.width))])
+        self.out = b.gep(self.op, [b.mul(q, b.mul(self.ho, self.wo))])
+        if reduce == "max":
+            return
         w = b.gep(self.wp, [b.mul(q, _const(9))])
         self.taps = [_splat(b, b.load(b.gep(w, [_const(t)]), align=4), _vec) for t in range(9)]
         start = b.block
@@ -447,16 +461,14 @@ class _DepthwiseEmitter:
         bias.add_incoming(ir.Constant(_f32, 0.0), start)
         bias.add_incoming(loaded, with_bias)
         self.bias = _splat(b, bias, _vec)
-        self.x = b.gep(self.xp, [b.mul(q, b.mul(self.h, self.width))])
-        self.out = b.gep(self.op, [b.mul(q, b.mul(self.ho, self.wo))])
 
-    def plane(self, q, stride: int) -> None:
+    def plane(self, q, stride: int, reduce: str) -> None:
         b = self.b
-        self.plane_setup(q)
+        self.plane_setup(q, reduce)
         chunks = b.sdiv(b.add(self.wo, _const(LANES - 1)), _const(LANES))
-        _Emitter.loop(self, _const(0), chunks, lambda c: self.chunk(c, stride), "j")
+        _Emitter.loop(self, _const(0), chunks, lambda c: self.chunk(c, stride, reduce), "j")
 
-    def chunk(self, c, stride: int) -> None:
+    def chunk(self, c, stride: int, reduce: str) -> None:
         """Outputs [j0, j0 + 16) (j0 = 16 c) of every output row: the column masks once, then the rows."""
         b = self.b
         vi64 = ir.VectorType(_i64, LANES)
@@ -483,12 +495,16 @@ class _DepthwiseEmitter:
             loads = [(first, inside(first, self.lanes, everything)),
                      (b.add(first, _const(LANES)), inside(first, self.lanes2, everything)),
                      (b.add(first, _const(2 * LANES)), inside(b.add(first, _const(2 * LANES)), self.lanes, lane0))]
-        _Emitter.loop(self, _const(0), self.ho, lambda oh: self.vector(oh, j0, keep, loads, stride), "oh")
+        _Emitter.loop(self, _const(0), self.ho, lambda oh: self.vector(oh, j0, keep, loads, stride, reduce), "oh")
 
-    def vector(self, oh, j0, keep, loads, stride: int) -> None:
-        """Outputs [j0, j0 + 16) of output row ``oh``, masked past ``wo``."""
+    def vector(self, oh, j0, keep, loads, stride: int, reduce: str) -> None:
+        """Outputs [j0, j0 + 16) of output row ``oh``, masked past ``wo``: the taps' multiply-adds, or (a max
+        pool) their maximum as ``tlc.kernels.conv``'s pool kernels take it: from the window's first tap (a pad is
+        -inf) on, a later tap replaces it where greater (a NaN counts only as the first tap)."""
         b = self.b
-        acc = self.bias
+        pool = reduce == "max"
+        acc = self.neg_inf if pool else self.bias
+        fill = self.neg_inf if pool else self.zero
         for ki in range(3):
             ih = b.add(b.mul(oh, _const(stride)), _const(ki - 1))
             inside = b.and_(b.icmp_signed(">=", ih, _const(0)), b.icmp_signed("<", ih, self.h))
@@ -496,7 +512,7 @@ class _DepthwiseEmitter:
             with b.if_then(inside):
                 row = b.gep(self.x, [b.mul(ih, self.width)])
                 vectors = [b.call(self.load, [b.bitcast(b.gep(row, [first]), _vec.as_pointer()),
-                                              ir.Constant(_i32, 4), mask, self.zero]) for first, mask in loads]
+                                              ir.Constant(_i32, 4), mask, fill]) for first, mask in loads]
                 if stride == 2:
                     lanes = ir.VectorType(_i32, LANES)
                     a, c, tail = vectors
@@ -509,14 +525,20 @@ class _DepthwiseEmitter:
                     vectors = [evens, odds, third]
                 summed = acc
                 for kj in range(3):
-                    summed = b.call(self.fma, [vectors[kj], self.taps[3 * ki + kj], summed])
+                    v = vectors[kj]
+                    if pool and ki == kj == 0:
+                        summed = v
+                    elif pool:
+                        summed = b.select(b.fcmp_ordered(">", v, summed), v, summed)
+                    else:
+                        summed = b.call(self.fma, [v, self.taps[3 * ki + kj], summed])
                 done = b.block
             merged = b.phi(_vec)
             merged.add_incoming(acc, before)
             merged.add_incoming(summed, done)
             acc = merged
         at = b.bitcast(b.gep(self.out, [b.add(b.mul(oh, self.wo), j0)]), _vec.as_pointer())
-        b.call(self.store, [_clamped(b, acc, self.clamp_bounds), at, ir.Constant(_i32, 4), keep])
+        b.call(self.store, [acc if pool else _clamped(b, acc, self.clamp_bounds), at, ir.Constant(_i32, 4), keep])
 
 
 def _source() -> str:
@@ -634,3 +656,12 @@ def depthwise_3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo,
     if planes > 0:
         flags = (1 if has_bias else 0) | (CLAMP if clamp_addr != 0 else 0)
         _dw3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, flags, clamp_addr)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def max_pool_3x3(x_addr, out_addr, planes, h, width, ho, wo, stride):
+    """``planes`` consecutive float32 planes of a 3x3 max pool with padding 1 at the start and stride 1 or 2 on
+    ``tlc_dw3x3``'s loops (``MAX_POOL``): input planes [h, width], output planes [ho, wo]; windows past the input
+    (an end pad, ``ceil_mode``) take only what lies inside it."""
+    if planes > 0:
+        _dw3x3(x_addr, 0, 0, out_addr, planes, h, width, ho, wo, stride, MAX_POOL, 0)

@@ -390,12 +390,14 @@ class PoolImpl(StepImpl):
             return Bound(fallback, workspace=work, note="numpy taps")
         kind = kconv.MAX if self.reduce == "max" else kconv.AVG
         kgeo = kconv.pool_geometry(x, kernel, y, window.strides, begin, window.dilations, kind)
+        vector = kconv.use_vector_pool(kgeo, dtype)
         div = np.ascontiguousarray(divisor if divisor is not None else np.ones((1, 1), dtype), dtype)
         nparts = _plane_parts(int(np.prod(y)) * len(kernel) * max(kernel), x[0] * x[1], ctx.threads)
         work.append(((kconv.pool_scratch(kgeo, nparts),), dtype))
         native = [Call(kconv.pool_run, (xin, kgeo, div, out, W(len(work) - 1), nparts))]
         sample = (np.zeros((1, 1, 1, 1), dtype), kgeo, div, np.zeros((1, 1, 1, 1), dtype), nparts)
-        return Bound(fallback, mode="native", workspace=work, note=f"pool kernel, {nparts} part(s)",
+        how = "vector pool kernel" if vector else "pool kernel"
+        return Bound(fallback, mode="native", workspace=work, note=f"{how}, {nparts} part(s)",
                      request=KernelRequest("pool", lambda alias: _warm_pool(sample),
                                            lambda kern, alias: native))
 
@@ -410,6 +412,7 @@ def _warm_pool(sample) -> str:
     x, geo, div, out, nparts = sample
     g = geo.copy()
     g[:kconv.LAYOUT] = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0)
+    g[kconv.ALGO] = kconv.POOL_PHASES
     kconv.pool_run(x, g, div, out, np.zeros(kconv.pool_scratch(g, nparts), x.dtype), nparts)
     return "pool"
 
