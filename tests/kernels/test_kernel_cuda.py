@@ -68,3 +68,22 @@ def test_cuda_refuses_reductions(kcache):
     g.output(g.add_node("Softmax", [x]), "y")
     with pytest.raises(CompileError, match="elementwise"):
         compile_group(g, "reduction", [TensorType("float32", (4, 4))], target="cuda", cache=kcache)
+
+
+def test_a_numba_cuda_that_cannot_compile_with_this_numpy_is_a_named_error(monkeypatch):
+    """numba-cuda 0.30.4 on numpy 2.5 fails at the first launch of any kernel (its array typing registers
+    np.row_stack, which numpy 2.5 removed): on a device, CudaKernel says so before compiling anything."""
+    import importlib
+
+    from tlc.kernels import cuda as kcuda
+
+    real = importlib.import_module
+
+    def broken(name, *args):
+        if name == "numba.cuda.np.arrayobj":
+            raise AttributeError("module 'numpy' has no attribute 'row_stack'")
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(CompileError, match=r"cannot compile kernels with numpy .*row_stack.*numpy < 2\.5"):
+        kcuda._check_numba_cuda()

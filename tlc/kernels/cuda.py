@@ -69,6 +69,33 @@ def render_cuda_module(plan: KernelPlan, variant: Variant) -> str:
     return M.module_source(doc, list(CUDA_LIBRARY.imports), [fn], numba_names=("cuda",))
 
 
+def _simulated() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def _check_numba_cuda() -> None:
+    """numba-cuda's array typing, which every kernel compiles with, must import with this numpy: numba-cuda
+    0.30.4 registers ``np.row_stack``, which numpy 2.5 removed, and then fails at the first launch of any kernel
+    (seen on an H200, 2026-11-26; the simulator never imports that module)."""
+    import importlib
+
+    try:
+        importlib.import_module("numba.cuda.np.arrayobj")
+    except ImportError:   # another numba-cuda's layout: nothing known to check
+        return
+    except AttributeError as exc:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            have = version("numba-cuda")
+        except PackageNotFoundError:
+            have = "?"
+        raise CompileError(f"numba-cuda {have} cannot compile kernels with numpy {np.__version__} ({exc}); "
+                           "install a numba-cuda release made for this numpy, or numpy < 2.5") from exc
+
+
 class CudaKernel(Kernel):
     """An elementwise group on a CUDA device (or Numba's simulator): host arrays in, host arrays out."""
 
@@ -79,6 +106,8 @@ class CudaKernel(Kernel):
             raise CompileError(f"the cuda target needs the numba-cuda package: {exc}") from exc
         if not cuda.is_available():
             raise CompileError("the cuda target needs a CUDA device (or NUMBA_ENABLE_CUDASIM=1)")
+        if not _simulated():
+            _check_numba_cuda()
         self._cuda = cuda
         super().__init__(plan, options, cache, target="cuda")
 
