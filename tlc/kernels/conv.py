@@ -347,11 +347,16 @@ def use_vector_depthwise(geo: np.ndarray, dtype) -> bool:
     56x56 stride 2 156 -> ~85, 32 at 112x112 stride 1 345 -> ~160, 960 at 7x7 60 -> ~35."""
     if geo[ALGO] != DEPTHWISE:
         return False
-    vector = bool(geo[KH] == geo[KW] == 3 and geo[PT] == geo[PL] == 1 and geo[SH] == geo[SW]
-                  and geo[SH] in (1, 2) and geo[DH] == geo[DW] == 1 and np.dtype(dtype) == np.float32
-                  and panel.fast())
+    vector = _vector_window(geo, dtype)
     geo[KIND] = DEPTHWISE_VECTORS if vector else DEPTHWISE_PHASES
     return vector
+
+
+def _vector_window(geo: np.ndarray, dtype) -> bool:
+    """Whether ``tlc_dw3x3``'s loops take this window: 3x3, padding 1 at the start, stride 1 or 2 (the same both
+    ways), no dilation, float32, on a host that runs them fast (``panel.fast``)."""
+    return bool(geo[KH] == geo[KW] == 3 and geo[PT] == geo[PL] == 1 and geo[SH] == geo[SW] and geo[SH] in (1, 2)
+                and geo[DH] == geo[DW] == 1 and np.dtype(dtype) == np.float32 and panel.fast())
 
 
 def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
@@ -476,7 +481,7 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
                 nparts = max(nparts, min(units // nparts * nparts, -(-chunks // nparts) * nparts))
         if is_pointwise(geo):
             return 1, nparts, 0
-        if geo[KIND] == LANES_PHASES:   # each part: one image's phases and a chunk of output rows
+        if geo[KIND] == LANES_PHASES:   # the batch's phases once (SHARED) or one image's a part, and a chunk of rows
             geo[SHARED] = 1 if 1 < nparts and geo[N] < nparts else 0
             return int(_phase_shared(geo)) + nparts * int(_phase_region(geo)), nparts, nparts * geo[SHARED]
         rows = int(geo[N] * geo[C] * geo[KH] * geo[KW])
@@ -1320,8 +1325,9 @@ def part_gemm(x, w, bias, geo, acc, col, p, nparts):
 
 @njit(cache=True, nogil=True)
 def prepare_panel(x, w, bias, geo, col, p, nprep):
-    """Part ``p`` of ``nprep`` of the batch's im2col (PANEL with a gather; nothing for a pointwise conv, or on
-    the stride phases, which each part makes for itself)."""
+    """Part ``p`` of ``nprep`` of the batch's im2col (PANEL with a gather; nothing for a pointwise conv), or on
+    the stride phases of its planes where they are made once for every part (``geo[SHARED]``; otherwise each part
+    makes its images' own)."""
     if geo[KIND] == LANES_PHASES:
         if geo[SHARED]:   # planes [q0, q1) of the batch's phases
             planes = geo[N] * geo[C]
@@ -1823,9 +1829,7 @@ def use_vector_pool(geo: np.ndarray, dtype) -> bool:
     """Run a pool on ``tlc.kernels.panel``'s vector kernel where it takes it (a 3x3 max pool, padding 1 at the
     start, stride 1 or 2, no dilation, float32, a host that runs it fast); sets ``geo[ALGO]``. ResNet's 3x3 s2
     max pool over 64 planes of 112x112, one Zen 5 core: 158 -> ~60 us (onnxruntime 90 in the model)."""
-    vector = bool(geo[KIND] == MAX and geo[KH] == geo[KW] == 3 and geo[PT] == geo[PL] == 1 and geo[SH] == geo[SW]
-                  and geo[SH] in (1, 2) and geo[DH] == geo[DW] == 1 and np.dtype(dtype) == np.float32
-                  and panel.fast())
+    vector = geo[KIND] == MAX and _vector_window(geo, dtype)
     geo[ALGO] = POOL_VECTORS if vector else POOL_PHASES
     return vector
 
