@@ -144,6 +144,36 @@ def test_vnni_kernel_equals_numpy(rng):
         assert (c[:, n] == 7).all()
 
 
+def test_transposed_vnni_kernel_equals_numpy(rng):
+    """C = W A^T + init on ``qpanel_t``: A^T's groups of four rows at offsets from a table (here reversed, apart
+    by more than a panel), a last panel of fewer columns stored under masks."""
+    if not qpanel.available():
+        pytest.skip(qpanel.REASON)
+    from numba import njit
+
+    @njit(nogil=True)
+    def product(w, ldw, p, offsets, c, ldc, rows, k, n, init):
+        qpanel.qpanel_t(w.ctypes.data, ldw, p.ctypes.data, offsets.ctypes.data, c.ctypes.data, ldc, rows, k, n,
+                        init.ctypes.data)
+
+    for rows, k, n in [(7, 36, 5), (13, 8, 130), (6, 4, 64), (1, 12, 17), (20, 16, 65)]:
+        w = byte(rng, (rows, k + 4), np.int8)   # rows 4 bytes longer than the depth
+        a = byte(rng, (k, n), np.uint8)
+        stride = 4 * (-(-n // 64) * 64) + 256   # bytes between A^T's groups
+        groups = k // 4
+        p = np.zeros(groups * stride, np.uint8)
+        offsets = np.array([(groups - 1 - g) * stride for g in range(groups)], np.int64)
+        for g in range(groups):
+            at = offsets[g]
+            p[at:at + 4 * n] = a[4 * g:4 * g + 4].T.reshape(-1)
+        init = rng.integers(-2**31, 2**31 - 1, rows).astype(np.int32)
+        c = np.full((rows, n + 1), 7, np.int32)
+        product(w, k + 4, p, offsets, c, n + 1, rows, k, n, init)
+        want = (w[:, :k].astype(np.int64) @ a.astype(np.int64) + init[:, None]).astype(np.int32)
+        np.testing.assert_array_equal(c[:, :n], want, err_msg=f"{rows} x {k} x {n}")
+        assert (c[:, n] == 7).all()
+
+
 def vnni_cases(rng):
     """Products on the VNNI kernel's edges (see the module docstring)."""
     feeds = {"a8": byte(rng, (13, 37), np.int8), "au": byte(rng, (2, 7, 38), np.uint8),
@@ -156,6 +186,12 @@ def vnni_cases(rng):
                                             .astype(np.uint8), f32(0.01), np.uint8(125), f32(0.2), np.int8(3)], {}),
         ("MatMulInteger", "v_mi_signed", ["a8", byte(rng, (37, 17), np.int8), np.int8(5), byte(rng, 17, np.int8)], {}),
         ("ConvInteger", "v_ci_1x1", ["x8", byte(rng, (20, 12, 1, 1), np.int8), np.int8(-3)], {}),
+        ("ConvInteger", "v_ci_1x1_rowterm", ["x8", byte(rng, (20, 12, 1, 1), np.uint8), np.int8(-3), np.uint8(200)],
+         {}),
+        ("QLinearConv", "v_qc_group_s2", ["x8", f32(0.02), np.int8(-4), byte(rng, (10, 6, 3, 3), np.int8),
+                                          (rng.random(10) * 1e-3).astype(np.float32), np.zeros(10, np.int8),
+                                          f32(0.1), np.int8(5), rng.integers(-999, 999, 10).astype(np.int32)],
+         dict(group=2, pads=[0, 1, 2, 1], strides=[2, 2])),
         ("QLinearConv", "v_qc_uint8_w", ["x8", f32(0.02), np.int8(4), byte(rng, (18, 6, 3, 3), np.uint8),
                                          (rng.random(18) * 1e-3).astype(np.float32), byte(rng, 18, np.uint8),
                                          f32(0.1), np.uint8(128), rng.integers(-999, 999, 18).astype(np.int32)],
@@ -180,9 +216,11 @@ def test_vnni_products_equal_the_references_exactly(rng):
     text = str(plan.stats())
     if qpanel.available():
         assert text.count("VNNI int8 kernel") == len(cases), text
-        # v_mm_rowterm, v_mi_signed, v_qc_uint8_w: W - zb does not fit a signed byte
-        assert text.count("row term") == 3 and "channels-last rows" in text, text
+        # v_mm_rowterm, v_mi_signed, v_ci_1x1_rowterm, v_qc_uint8_w: W - zb does not fit a signed byte
+        assert text.count("row term") == 4 and "channels-last rows" in text, text
         assert "an im2row of the planes" in text, text   # v_qc_uint8_w: 6 channels a group
+        # the other convs: transposed (v_ci_1x1: the interleaved input is its one phase plane)
+        assert text.count("transposed on phase planes") == 3, text
     else:
         assert text.count(qpanel.REASON) == len(cases), text
 

@@ -21,9 +21,18 @@ every ``nparts``-th work item from ``p``, an item being one (image, group, slab 
 On a host with AVX-512 VNNI the same items run on ``tlc.kernels.qpanel`` instead (``vrun``): the product in
 int32 with ``vpdpbusd`` on the weight packed once (signed bytes), the activations as unsigned bytes (int8 ones
 + 128), the zero points' column term the kernel's starting value and the row term (a weight zero point that the
-signed bytes could not absorb) added here, then the same epilogue (``_finish``). A convolution's input is first
-laid out channels-last (``_channels_last``), so an im2row row is one copy of a channel run per tap; a 1x1
-convolution of stride 1 reads those rows in place, a MatMul reads A's rows in place.
+signed bytes could not absorb) added here, then the same epilogue (``_finish``). A MatMul reads A's rows in
+place; a convolution whose weight needs a row term reads an im2row over a channels-last copy of its input (a 1x1
+convolution of stride 1 the copy's pixels in place).
+
+Every other convolution runs transposed (``trun``): C = W' A^T on ``tlc_qpanel_t``, the output channels C's rows
+and the positions its columns, so that the epilogue reads and writes whole runs of an output plane (the
+row-major product's epilogue gathered C's columns: 0.7 ns an output, 130 us of a 64 x 56x56 3x3 conv's 467). No
+im2row: the input is copied once into phase planes of four-channel words (``_phase_copy``: per stride phase the
+padded input's rows and columns of that phase), in which the window of a tap over every output position is one
+shifted run, so the kernel reads A^T in place through a table of per-tap offsets. Positions are counted in the
+phase planes' width (a few columns past OW are computed and dropped). On the qdq_convnet's layers this took the
+convs from 32 / 25 / 20 us to 8-10 / 8 / 6.5 (onnxruntime: 23 / 9 / 7).
 """
 
 from __future__ import annotations
@@ -45,12 +54,17 @@ qpanel.ensure()   # the symbol the VNNI items call (compiled code links it by na
 # the VNNI product's fields (``vnni_fields``): A's row length in bytes, C's row length (whole panels), the
 # activation's zero point as an unsigned byte, whether a row term is added, where A's rows are, A's byte xor
 G_KPAD, G_NPAD, G_ZA, G_ROWTERM, G_ROWS, G_AXOR = range(30, 36)
-GEO_SIZE = 36
+#: the transposed product's: the phase planes' rows and columns (``_phase_copy``)
+G_PHH, G_PHW = 36, 37
+GEO_SIZE = 38
 #: where the VNNI product finds A's rows: an im2row scratch, the input itself (a MatMul), the channels-last copy
 ROWS_IM2ROW, ROWS_INPUT, ROWS_CHANNELS_LAST = 0, 1, 2
 #: ... or an im2row of every position built before the items, from the NCHW input (``_im2row_planes``: a conv
 #: over fewer than ``FEW_CHANNELS`` channels, whose im2row holds at most ``PLANES_BYTES``)
 ROWS_PLANES = 3
+#: ... or the transposed product (``tlc_qpanel_t``): C = W' A^T, channels as C's rows, so that a conv's output
+#: planes come out whole, A^T read in place from a copy of the input (``_phase_copy``), no im2row
+ROWS_TRANSPOSED = 4
 FEW_CHANNELS = 8
 PLANES_BYTES = 8 << 20
 #: bytes of A a VNNI slab holds at most (its rows stay in L2 while every panel of B walks them: 512 x 1024 x
@@ -281,6 +295,86 @@ def vnni_weights(weight: np.ndarray, w_zero: np.ndarray, x_dtype: np.dtype, x_ze
     return packed, init, np.ascontiguousarray(zbp.reshape(-1)), bool(zbp.any()), za, 0x80808080 if signed else 0
 
 
+def vnni_weights_t(weight: np.ndarray, w_zero: np.ndarray, taps: int, x_dtype: np.dtype, x_zero: int):
+    """(weight [G, MG * KPAD] int8, init [G, MG] int32, the activation's zero point as an unsigned byte) of the
+    transposed product, or None where the centered weight ``weight - w_zero`` (``weight`` [G, MG, CG * taps] in
+    the ONNX order (c, kh, kw)) does not fit a signed byte (a row term: the row-major product handles it). The
+    depth in the order ``_pack_t`` lays A^T out: (tap, channel) with the channels padded to a multiple of 4
+    (zero weights there)."""
+    groups, mg, depth = weight.shape
+    cg = depth // taps
+    centered = weight.astype(np.int64) - w_zero.astype(np.int64).reshape(groups, mg, 1)
+    if centered.min() < -128 or centered.max() > 127:
+        return None
+    c4 = -(-cg // 4) * 4
+    w = np.zeros((groups, mg, taps, c4), np.int64)
+    w[..., :cg] = centered.reshape(groups, mg, cg, taps).transpose(0, 1, 3, 2)
+    za = x_zero + 128 if np.dtype(x_dtype) == np.int8 else x_zero
+    init = -za * w.sum(axis=(2, 3))
+    init = ((init + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)   # the kernel wraps modulo 2^32
+    return np.ascontiguousarray(w.reshape(groups, -1).astype(np.int8)), init, za
+
+
+def vnni_fields_t(geo: np.ndarray, za: int, nparts: int) -> np.ndarray:
+    """Sets ``geo``'s fields for the transposed product and returns A^T's group offsets (int64 bytes, one per
+    group of four depth rows, from a unit's phase planes; see ``_phase_copy``).
+
+    Positions are counted in the phase planes' width ``G_PHW`` (>= OW: the columns past OW are computed and
+    dropped), so that a tap's window of every position is one shifted run of a phase plane: position
+    (oh, ow) of tap (a, b) reads phase ((a DH) % SH, (b DW) % SW) at row oh + (a DH) // SH, column
+    ow + (b DW) // SW. A slab is ``G_SLABW`` whole output rows (C's rows ``G_NPAD`` long), at least ``nparts``
+    items, A^T's slab within ``VNNI_SLAB_BYTES`` where a row allows."""
+    kh, kw, sh, sw, dh, dw = (int(geo[i]) for i in (G_KH, G_KW, G_SH, G_SW, G_DH, G_DW))
+    oh, ow, cg = int(geo[G_OH]), int(geo[G_OW]), int(geo[G_CG])
+    c4s = -(-cg // 4)
+    phh, phw = oh + (kh - 1) * dh // sh, ow + (kw - 1) * dw // sw
+    kpad = kh * kw * c4s * 4
+    units = int(geo[G_N] * geo[G_G])
+    geo[G_KPAD], geo[G_PHH], geo[G_PHW] = kpad, phh, phw
+    rows = slab_rows(oh, phw, int(geo[G_MG]), -(-oh // -(-nparts // units)))
+    geo[G_SLABW], geo[G_SLABS] = rows, -(-oh // rows)
+    geo[G_NPAD] = -(-rows * phw // qpanel.PANEL) * qpanel.PANEL
+    geo[G_ZA], geo[G_ROWTERM], geo[G_ROWS], geo[G_AXOR] = za, 0, ROWS_TRANSPOSED, 0
+    plane = phh * phw
+    offsets = np.empty(kh * kw * c4s, np.int64)
+    for a in range(kh):
+        for b in range(kw):
+            phase = (a * dh) % sh * sw + (b * dw) % sw
+            shift = (a * dh) // sh * phw + (b * dw) // sw
+            for c4 in range(c4s):
+                offsets[(a * kw + b) * c4s + c4] = 4 * ((phase * c4s + c4) * plane + shift)
+    return offsets
+
+
+#: bytes of C a transposed item holds at most (it stays in L2 for the epilogue)
+T_SLAB_BYTES = 1 << 18
+
+
+def slab_rows(oh: int, phw: int, mg: int, most: int) -> int:
+    """Output rows a transposed item computes: at most ``most`` and C within ``T_SLAB_BYTES``, the fewest panel
+    lanes over all items (a slab's positions are rounded up to whole panels: 5 rows of 30 positions filled 150
+    of 192 lanes, 17 fill 510 of 512), then the most rows."""
+    cap = max(1, min(oh, most, max(qpanel.PANEL, T_SLAB_BYTES // (4 * mg)) // phw))
+
+    def lanes(r: int) -> int:
+        whole = -(-r * phw // qpanel.PANEL) * qpanel.PANEL
+        rest = oh % r * phw
+        return oh // r * whole + -(-rest // qpanel.PANEL) * qpanel.PANEL
+    return min(range(1, cap + 1), key=lambda r: (lanes(r), -r))
+
+
+def interleaved_words(geo: np.ndarray) -> int:
+    """Words of the interleaved input (``_interleave``)."""
+    return int(geo[G_N] * geo[G_G] * geo[G_H] * geo[G_W]) * (-(-int(geo[G_CG]) // 4))
+
+
+def phase_words(geo: np.ndarray) -> int:
+    """Words of every unit's phase planes (``_phase_copy``), with the slack a last panel reads past them."""
+    c4s = -(-int(geo[G_CG]) // 4)
+    plane = int(geo[G_PHH] * geo[G_PHW])
+    return int(geo[G_N] * geo[G_G] * geo[G_SH] * geo[G_SW]) * c4s * plane + int(geo[G_PHW]) + qpanel.PANEL
+
+
 def vnni_fields(geo: np.ndarray, kernel_taps: int, rows_from: int, za: int, rowterm: bool, a_xor: int) -> None:
     """Sets ``geo``'s VNNI fields (``kernel_taps``: KH * KW; ``rows_from``: ``ROWS_*``)."""
     depth = int(geo[G_CG]) * kernel_taps
@@ -298,6 +392,8 @@ def vnni_scratch_sizes(geo: np.ndarray) -> tuple[int, int, int, int]:
     """Elements per part of the im2row scratch (uint8), of C (int32) and of the row sums (int64), and of the
     channels-last copy of the input (uint8, one for all parts)."""
     width = int(geo[G_SLABW])
+    if geo[G_ROWS] == ROWS_TRANSPOSED:   # C's slab and the phase planes (A^T is read in place)
+        return 1, int(geo[G_MG] * geo[G_NPAD]), 1, 4 * phase_words(geo)
     rows = int(geo[G_KPAD]) * width if geo[G_ROWS] == ROWS_IM2ROW else 1
     copy = int(geo[G_N] * geo[G_G] * geo[G_H] * geo[G_W] * geo[G_CG]) if geo[G_ROWS] != ROWS_INPUT else 1
     if geo[G_ROWS] == ROWS_PLANES:   # the whole im2row takes the copy's place
@@ -395,6 +491,121 @@ def _im2row(xt, geo, img, g, p0, p1, col):
                 dst += cg
         if kpad > depth:
             _fill_bytes(dst, kpad - depth, 0)
+
+
+@njit(cache=True, nogil=True)
+def _words(x, src, hw, xp, at, n, flip):
+    """xp[at + j] = the word of the bytes x[src + j + t hw], t < 4 (lowest first), xored with ``flip``, for j < n.
+    NOTE: on slices, the shifts by uint32 amounts: on offsets into the whole arrays the loop stayed scalar (0.6 ns
+    a word against 0.04; with an int64 shift, which made the words int64, 1.4)."""
+    b8, b16, b24 = np.uint32(8), np.uint32(16), np.uint32(24)
+    o = xp[at:at + n]
+    x0, x1, x2, x3 = x[src:src + n], x[src + hw:src + hw + n], x[src + 2 * hw:src + 2 * hw + n], \
+        x[src + 3 * hw:src + 3 * hw + n]
+    for j in range(n):
+        o[j] = (np.uint32(x0[j]) | (np.uint32(x1[j]) << b8) | (np.uint32(x2[j]) << b16)
+                | (np.uint32(x3[j]) << b24)) ^ flip
+
+
+@njit(cache=True, nogil=True)
+def _interleave(x, geo, xi):
+    """xi[unit, c4, pixel] (uint32) = the word of channels 4 c4 .. 4 c4 + 3 of the pixel (lowest channel in the
+    lowest byte, as unsigned bytes: int8 + 128; zeros past CG, whose weights are zeros): a plane of words at a
+    time, from the contiguous NCHW input."""
+    cg, hw = geo[G_CG], U(geo[G_H] * geo[G_W])
+    c4s = (cg + 3) // 4
+    flip = np.uint32(0x80808080) if geo[G_SIGNED] else np.uint32(0)
+    for unit in range(geo[G_N] * geo[G_G]):
+        for c4 in range(c4s):
+            dst = U(unit * c4s + c4) * hw
+            src = U(unit * cg + 4 * c4) * hw
+            channels = min(4, cg - 4 * c4)
+            if channels == 4:
+                _words(x, src, hw, xi, dst, hw, flip)
+                continue
+            for j in range(hw):
+                word = np.uint32(0)
+                for t in range(channels):
+                    word |= np.uint32(x[src + U(t) * hw + j]) << np.uint32(8 * t)
+                xi[dst + j] = word ^ (flip & np.uint32((1 << (8 * channels)) - 1))
+
+
+@njit(cache=True, nogil=True)
+def _phase_copy(x, geo, xp, xi):
+    """xp[unit, phase, c4, r, c] (uint32) = the word (``_interleave``) of the padded input at row r SH + pr,
+    column c SW + pc, phase = pr SW + pc; the zero point's word in the padding. Only the phases some tap reads are
+    written. The interleaved input goes to ``xi`` first, or straight to ``xp`` where the one phase plane is the
+    input (no padding, stride 1, the plane the input's size)."""
+    cg, h, w, kh_, kw_ = geo[G_CG], geo[G_H], geo[G_W], geo[G_KH], geo[G_KW]
+    sh, sw, ph, pw, dh, dw = geo[G_SH], geo[G_SW], geo[G_PH], geo[G_PW], geo[G_DH], geo[G_DW]
+    phh, phw = geo[G_PHH], geo[G_PHW]
+    if sh == 1 and sw == 1 and ph == 0 and pw == 0 and phh == h and phw == w:
+        _interleave(x, geo, xp)
+        return
+    _interleave(x, geo, xi)
+    c4s = (cg + 3) // 4
+    plane = phh * phw
+    za = np.uint32(geo[G_ZA]) * np.uint32(0x01010101)
+    step = U(sw)
+    for unit in range(geo[G_N] * geo[G_G]):
+        for pr in range(sh):
+            used = False
+            for a in range(kh_):
+                used = used or (a * dh) % sh == pr
+            for pc in range(sw):
+                used_c = False
+                for b in range(kw_):
+                    used_c = used_c or (b * dw) % sw == pc
+                if not (used and used_c):
+                    continue
+                # columns c whose input column c SW + pc - PW is inside the image: lo <= c < hi
+                off = pc - pw
+                lo = min(phw, max(0, (-off + sw - 1) // sw))
+                hi = max(lo, min(phw, (w - 1 - off) // sw + 1)) if w - 1 - off >= 0 else lo
+                for c4 in range(c4s):
+                    base = U(((unit * sh * sw + pr * sw + pc) * c4s + c4) * plane)
+                    src0 = U((unit * c4s + c4) * h * w)
+                    for r in range(phh):
+                        dst = base + U(r * phw)
+                        ih = r * sh + pr - ph
+                        if ih < 0 or ih >= h:
+                            for c in range(U(phw)):
+                                xp[dst + c] = za
+                            continue
+                        for c in range(lo):
+                            xp[dst + c] = za
+                        for c in range(hi, phw):
+                            xp[dst + c] = za
+                        src = src0 + U(ih * w + lo * sw + off)
+                        at = dst + U(lo)
+                        if sw == 1:
+                            for j in range(U(hi - lo)):
+                                xp[at + j] = xi[src + j]
+                        else:
+                            for j in range(U(hi - lo)):
+                                xp[at + j] = xi[src + j * step]
+
+
+@njit(cache=True, nogil=True)
+def _vnni_epilogue_t(cbuf, img, g, r0, r1, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi):
+    """C[m, (r - r0) PHW + ow] (int32, rows of ``G_NPAD``) plus the bias into the output plane of channel
+    g * MG + m at (r, ow) for output rows r0 <= r < r1 and ow < OW (C's columns past OW dropped), through
+    ``_finish``: runs of a row in and out, so that the loops vectorize."""
+    mg, ld, phw, ow = geo[G_MG], U(geo[G_NPAD]), U(geo[G_PHW]), U(geo[G_OW])
+    requant = geo[G_MODE] == MODE_REQUANT
+    for m in range(mg):
+        c = g * mg + m
+        b = bias[c]
+        s = s2[c] if requant else 1.0
+        for r in range(r0, r1):
+            o = U(img * geo[G_ON] + c * geo[G_OC] + r * geo[G_OW])
+            src = U(m) * ld + U(r - r0) * phw
+            if requant:
+                for j in range(ow):
+                    _finish(out, o + j, np.float64(cbuf[src + j]) + b, True, s1, s, y_scale, y_zero, lo, hi)
+            else:
+                for j in range(ow):
+                    _finish(out, o + j, np.float64(cbuf[src + j]) + b, False, s1, 1.0, y_scale, y_zero, lo, hi)
 
 
 @njit(cache=True, nogil=True)
@@ -542,6 +753,72 @@ def vrun(x: np.ndarray, packed: np.ndarray, init: np.ndarray, zbp: np.ndarray, o
     else:
         vpart(x, xt, packed, init, zbp, target, geo, bias, s1, s2, y_scale, y_zero, lo, hi, col[0], cbuf[0],
               sums[0], 0, 1)
+
+
+@njit(cache=True, nogil=True)
+def tpart(xp, weight, init, offsets, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, cbuf, p, nparts):
+    """Work items p, p + nparts, ... of the transposed product (``trun``): an item is a slab of ``G_SLABW``
+    output rows of one (image, group), C = W' A^T with A^T read in place from the phase planes ``xp``."""
+    units = geo[G_N] * geo[G_G]
+    slabs, rows, oh, phw = geo[G_SLABS], geo[G_SLABW], geo[G_OH], geo[G_PHW]
+    mg, kpad, ld = geo[G_MG], geo[G_KPAD], geo[G_NPAD]
+    planes = geo[G_SH] * geo[G_SW] * ((geo[G_CG] + 3) // 4) * geo[G_PHH] * phw   # words a unit
+    for item in range(p, units * slabs, nparts):
+        unit, slab = item // slabs, item % slabs
+        img, g = unit // geo[G_G], unit % geo[G_G]
+        r0 = slab * rows
+        r1 = min(oh, r0 + rows)
+        if r0 >= r1:
+            continue
+        qpanel.qpanel_t(weight[g].ctypes.data, kpad, xp.ctypes.data + 4 * (unit * planes + r0 * phw),
+                        offsets.ctypes.data, cbuf.ctypes.data, ld, mg, kpad, (r1 - r0) * phw, init[g].ctypes.data)
+        _vnni_epilogue_t(cbuf, img, g, r0, r1, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def _tsingle(x, xp, xi, weight, init, offsets, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, cbuf):
+    _phase_copy(x, geo, xp, xi)
+    tpart(xp, weight, init, offsets, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, cbuf[0], 0, 1)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _tparallel(x, xp, xi, weight, init, offsets, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, cbuf, nparts):
+    _phase_copy(x, geo, xp, xi)
+    for p in prange(nparts):
+        tpart(xp, weight, init, offsets, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, cbuf[p], p, nparts)
+
+
+def trun(x: np.ndarray, weight: np.ndarray, init: np.ndarray, offsets: np.ndarray, out: np.ndarray,
+         geo: np.ndarray, bias: np.ndarray, s1: float, s2: np.ndarray, y_scale: float, y_zero: float, lo: float,
+         hi: float, cbuf: np.ndarray, xp: np.ndarray, xi: np.ndarray, nparts: int) -> None:
+    """A convolution on the transposed VNNI product (``vnni_weights_t``, ``vnni_fields_t``): the input copied
+    once into phase planes of four-channel words (``_phase_copy``; ``xp``: uint32 [``phase_words``], ``xi``: uint32
+    [``interleaved_words``]), then per
+    item C = W' A^T (``tlc_qpanel_t``, A^T read in place at the taps' offsets) and the epilogue into the output's
+    planes (``cbuf``: int32 [nparts, MG * NPAD]). Bytes in and out as uint8, as ``vrun``."""
+    x = x.reshape(-1).view(np.uint8)
+    target = out.reshape(-1)
+    if target.dtype == np.int8:
+        target = target.view(np.uint8)
+    if nparts > 1:
+        _tparallel(x, xp, xi, weight, init, offsets, target, geo, bias, s1, s2, y_scale, y_zero, lo, hi, cbuf,
+                   nparts)
+    else:
+        _tsingle(x, xp, xi, weight, init, offsets, target, geo, bias, s1, s2, y_scale, y_zero, lo, hi, cbuf)
+
+
+def compile_transposed_for(out_dtype: np.dtype, nparts: int) -> str:
+    """Compile (or load from the cache) the transposed product's driver for this output dtype and part count."""
+    requant = np.dtype(out_dtype) != np.int32
+    geo = geometry(1, 1, 1, 1, (1, 1), (1, 1, 1, 1), (1, 1), (1, 1), (0, 0), (1, 1), (1, 1), (1, 1, 1), False, 0,
+                   1, MODE_REQUANT if requant else MODE_INT32, False, nparts)
+    weight, init, za = vnni_weights_t(np.ones((1, 1, 1), np.int8), np.zeros(1), 1, np.dtype(np.uint8), 0)
+    offsets = vnni_fields_t(geo, za, nparts)
+    _, cs, _, copy = vnni_scratch_sizes(geo)
+    trun(np.ones((1, 1, 1, 1), np.uint8), weight, init, offsets, np.zeros((1, 1, 1, 1), out_dtype), geo,
+         np.zeros(1), 1.0, np.ones(1), 1.0, 0.0, 0.0, 255.0, np.zeros((nparts, cs), np.int32),
+         np.zeros(copy // 4, np.uint32), np.zeros(interleaved_words(geo), np.uint32), nparts)
+    return "qgemm-transposed"
 
 
 def compile_vnni_for(out_dtype: np.dtype, nparts: int) -> str:

@@ -21,6 +21,11 @@ column's accumulators start from: the zero points' column term). Accumulation wr
 ``vpdpbusd`` does; exact while every partial sum stays below 2^31 in magnitude. A last panel of fewer columns
 stores under masks. Zero points are the caller's: ``(A - za)(B - zb) = A.B - za colsum(B) - zb rowsum(A) + K za zb``.
 
+``tlc_qpanel_t`` is the same loop nest with the operands' roles swapped (``qpanel_t``): C = W A^T with the
+weight's signed rows broadcast and the activations' unsigned bytes in the vectors, A^T's groups of four rows
+found through a table of offsets (a convolution's taps over phase planes of its input, ``tlc.kernels.qgemm``), C's
+rows the output channels; the accumulators start from ``init[row]``.
+
 ``ensure()`` compiles the module (MCJIT; machine code kept in the kernel cache, keyed by this file's code, the CPU
 and llvmlite's version) and registers the symbol; where the host has no AVX-512 VNNI (the 256-bit AVX-VNNI form
 is not emitted) or the build fails, the symbol is a no-op stub, ``available()`` is False and ``REASON`` says why.
@@ -46,6 +51,7 @@ TILE = 6
 LANES = 16
 VECTORS = PANEL // LANES
 SYMBOL = "tlc_qpanel"
+SYMBOL_T = "tlc_qpanel_t"
 ARGS = 10
 #: the largest |A - za| * |B - zb| and |A| * |B| summed per output: int32 partial sums are exact below 2^31
 EXACT_I32 = (1 << 31) - 1
@@ -56,31 +62,42 @@ _mask = ir.VectorType(ir.IntType(1), LANES)
 
 
 class _Emitter8:
-    """The IR of ``tlc_qpanel``: loops as blocks with phi nodes (``panel._Emitter.loop``)."""
+    """The IR of ``tlc_qpanel`` (or, ``transposed``, of ``tlc_qpanel_t``): loops as blocks with phi nodes
+    (``panel._Emitter.loop``). The two differ in four places only: where a panel's vectors are (B packed by
+    ``pack``, a panel after another; or A^T's groups of four rows at offsets from a table), which operand of
+    ``vpdpbusd`` is unsigned (the broadcast A rows; or the vectors), what the accumulators start from (``init``'s
+    columns; or ``init[row]`` in every lane) and the ninth argument (``a_xor``; or the offsets' address)."""
 
     loop = _Emitter.loop
 
-    def __init__(self, module: ir.Module):
-        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * ARGS), name=SYMBOL)
-        self.dot = ir.Function(module, ir.FunctionType(_vec, [_vec, _vec, _vec]), name="llvm.x86.avx512.vpdpbusd.512")
+    def __init__(self, module: ir.Module, transposed: bool = False):
+        self.transposed = transposed
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * ARGS),
+                              name=SYMBOL_T if transposed else SYMBOL)
+        self.dot = module.globals.get("llvm.x86.avx512.vpdpbusd.512") or ir.Function(
+            module, ir.FunctionType(_vec, [_vec, _vec, _vec]), name="llvm.x86.avx512.vpdpbusd.512")
         vp = _vec.as_pointer()
-        self.store = ir.Function(module, ir.FunctionType(ir.VoidType(), [_vec, vp, _i32, _mask]),
-                                 name="llvm.masked.store.v16i32.p0v16i32")
+        self.store = module.globals.get("llvm.masked.store.v16i32.p0v16i32") or ir.Function(
+            module, ir.FunctionType(ir.VoidType(), [_vec, vp, _i32, _mask]), name="llvm.masked.store.v16i32.p0v16i32")
         bytes4 = ir.VectorType(_i8, 4)
         self.bytes4 = bytes4
-        self.load4 = ir.Function(module, ir.FunctionType(bytes4, [bytes4.as_pointer(), _i32,
-                                                                  ir.VectorType(ir.IntType(1), 4), bytes4]),
-                                 name="llvm.masked.load.v4i8.p0v4i8")
+        self.load4 = module.globals.get("llvm.masked.load.v4i8.p0v4i8") or ir.Function(
+            module, ir.FunctionType(bytes4, [bytes4.as_pointer(), _i32, ir.VectorType(ir.IntType(1), 4), bytes4]),
+            name="llvm.masked.load.v4i8.p0v4i8")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         b = self.b
-        bp, ap, cp, rows, k, n, lda, ldc, a_xor, init = self.fn.args
+        bp, ap, cp, rows, k, n, lda, ldc, ninth, init = self.fn.args
         self.bp, self.ap = b.inttoptr(bp, _i8.as_pointer()), b.inttoptr(ap, _i8.as_pointer())
         self.cp, self.init = b.inttoptr(cp, _i32.as_pointer()), b.inttoptr(init, _i32.as_pointer())
         self.rows, self.n, self.lda, self.ldc = rows, n, lda, ldc
-        self.xor = b.trunc(a_xor, _i32)
         self.groups = b.sdiv(k, _const(4))                        # whole groups of four k
         self.tail = b.sub(k, b.mul(self.groups, _const(4)))       # k left over: 0..3
-        self.step = b.mul(b.sdiv(b.add(k, _const(3)), _const(4)), _const(4 * PANEL))   # bytes a panel
+        if transposed:   # the ninth argument: the groups' byte offsets, int64 [k / 4]
+            self.xor, self.offsets = ir.Constant(_i32, 0), b.inttoptr(ninth, _i64.as_pointer())
+            self.step = _const(4 * PANEL)
+        else:
+            self.xor, self.offsets = b.trunc(ninth, _i32), None
+            self.step = b.mul(b.sdiv(b.add(k, _const(3)), _const(4)), _const(4 * PANEL))   # bytes a panel
         # the tail group's byte mask: lane t < tail
         self.tail_mask = b.icmp_signed("<", ir.Constant(ir.VectorType(_i32, 4), [0, 1, 2, 3]),
                                        _splat4(b, b.trunc(self.tail, _i32)))
@@ -98,14 +115,26 @@ class _Emitter8:
         limit = _splat(b, b.trunc(rem, _i32), _vec)
         self.masks = [b.icmp_signed("<", ir.Constant(_vec, list(range(v * LANES, (v + 1) * LANES))), limit)
                       for v in range(VECTORS)]
-        at = b.gep(self.init, [self.col])
-        self.start = [b.load(b.bitcast(b.gep(at, [_const(v * LANES)]), _vec.as_pointer()), align=4)
-                      for v in range(VECTORS)]
+        if not self.transposed:
+            at = b.gep(self.init, [self.col])
+            self.start = [b.load(b.bitcast(b.gep(at, [_const(v * LANES)]), _vec.as_pointer()), align=4)
+                          for v in range(VECTORS)]
         with b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
             with whole:
                 self.tiles(False)
             with part:
                 self.tiles(True)
+
+    def starts(self, r0, height: int) -> list:
+        """The accumulators' first values, row by row: ``init``'s panel columns, or ``init[row]`` splat."""
+        if not self.transposed:
+            return self.start * height
+        b = self.b
+        out = []
+        for a in range(height):
+            value = _splat(b, b.load(b.gep(self.init, [b.add(r0, _const(a))]), align=4), _vec)
+            out += [value] * VECTORS
+        return out
 
     def tiles(self, masked: bool) -> None:
         """Every row: whole tiles, then one tile of the last ``rows % TILE`` rows."""
@@ -124,9 +153,12 @@ class _Emitter8:
         b.position_at_end(done)
 
     def group(self, acc: list, rows: list, g, masked_a: bool) -> list:
-        """The accumulators after group ``g`` (four k) of the tile whose A rows start at ``rows``."""
+        """The accumulators after group ``g`` (four k) of the tile whose broadcast rows start at ``rows``."""
         b = self.b
-        w = b.gep(self.wp, [b.mul(g, _const(4 * PANEL))])
+        if self.offsets is None:
+            w = b.gep(self.wp, [b.mul(g, _const(4 * PANEL))])
+        else:
+            w = b.gep(self.wp, [b.load(b.gep(self.offsets, [g]), align=8)])
         vectors = [b.load(b.bitcast(b.gep(w, [_const(4 * LANES * v)]), _vec.as_pointer()), align=4)
                    for v in range(VECTORS)]
         k0 = b.mul(g, _const(4))
@@ -140,13 +172,17 @@ class _Emitter8:
             else:
                 word = b.load(b.bitcast(at, _i32.as_pointer()), align=1)
             v = _splat(b, b.xor(word, self.xor), _vec)
-            new += [b.call(self.dot, [acc[VECTORS * a + j], v, vectors[j]]) for j in range(VECTORS)]
+            if self.transposed:   # unsigned activations in the vectors, the signed weight broadcast
+                new += [b.call(self.dot, [acc[VECTORS * a + j], vectors[j], v]) for j in range(VECTORS)]
+            else:
+                new += [b.call(self.dot, [acc[VECTORS * a + j], v, vectors[j]]) for j in range(VECTORS)]
         return new
 
     def tile(self, r0, height: int, masked: bool) -> None:
         """Rows [r0, r0 + height): the accumulators are phis of the group loop, starting from ``init``."""
         b = self.b
         rows = [b.gep(self.ap, [b.mul(b.add(r0, _const(a)), self.lda)]) for a in range(height)]
+        start = self.starts(r0, height)
         before = b.block
         head = self.fn.append_basic_block("g_head")
         inside = self.fn.append_basic_block("g_body")
@@ -156,11 +192,10 @@ class _Emitter8:
         g = b.phi(_i64, "g")
         g.add_incoming(_const(0), before)
         acc = []
-        for _ in range(height):
-            for j in range(VECTORS):
-                phi = b.phi(_vec)
-                phi.add_incoming(self.start[j], before)
-                acc.append(phi)
+        for value in start:
+            phi = b.phi(_vec)
+            phi.add_incoming(value, before)
+            acc.append(phi)
         b.cbranch(b.icmp_signed("<", g, self.groups), inside, after)
         b.position_at_end(inside)
         new = self.group(acc, rows, g, False)
@@ -202,6 +237,7 @@ def _source() -> str:
     module = ir.Module(name="tlc_qpanel")
     module.triple = llvm.get_process_triple()
     _Emitter8(module)
+    _Emitter8(module, transposed=True)
     return str(module)
 
 
@@ -230,6 +266,7 @@ def ensure() -> None:
             stub = cfunc(types.void(*([types.int64] * ARGS)))(_nothing)
             _STATE["engine"] = stub
             llvm.add_symbol(SYMBOL, stub.address)
+            llvm.add_symbol(SYMBOL_T, stub.address)
 
 
 def _nothing(b, a, c, rows, k, n, lda, ldc, a_xor, init):
@@ -252,10 +289,11 @@ def available() -> bool:
 def _build():
     """The MCJIT engine holding the kernels' machine code, compiled or loaded from the kernel cache
     (``tlc.kernels.irjit``), with the symbols registered."""
-    return irjit.engine_for("qpanel", [__file__, panel.__file__], _source, (SYMBOL,))
+    return irjit.engine_for("qpanel", [__file__, panel.__file__], _source, (SYMBOL, SYMBOL_T))
 
 
 _qpanel = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * ARGS)))
+_qpanel_t = types.ExternalFunction(SYMBOL_T, types.void(*([types.int64] * ARGS)))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -265,6 +303,19 @@ def qpanel(b_addr, a_addr, lda, c_addr, ldc, rows, k, n, a_xor, init_addr):
     int32 [N rounded up to PANEL]."""
     if rows > 0 and n > 0:
         _qpanel(b_addr, a_addr, c_addr, rows, k, n, lda, ldc, a_xor, init_addr)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def qpanel_t(w_addr, ldw, p_addr, offsets_addr, c_addr, ldc, rows, k, n, init_addr):
+    """C[m, j] (int32 at ``c_addr + 4 * (m * ldc + j)``) = init[m] + sum_k W[m, k] * P[k, j] for m < rows,
+    j < n: the weight's signed bytes W[m, k] at ``w_addr + m * ldw + k``, the activations' unsigned bytes as A^T
+    in groups of four rows, P[4g + t, j] the byte at ``p_addr + offsets[g] + 4 * j + t`` (``offsets_addr``: int64
+    [k / 4], bytes; a last panel's lanes past ``n`` are read, up to ``4 * PANEL`` bytes past the panel's start,
+    their columns never stored), ``init_addr`` int32 [rows]. The product of a convolution whose output keeps its
+    channels apart (NCHW): C's rows are the output's channel planes, A^T's groups a tap's shifted window of four
+    channels. ``k`` a multiple of 4."""
+    if rows > 0 and n > 0:
+        _qpanel_t(p_addr, w_addr, c_addr, rows, k, n, ldw, ldc, offsets_addr, init_addr)
 
 
 def pack(b2d: np.ndarray) -> np.ndarray:

@@ -189,10 +189,53 @@ class QuantizedProductImpl(StepImpl):
 
     def _bind_vnni(self, ctx: BindContext, geo_args: tuple, weight: np.ndarray, w_zero: np.ndarray,
                    x_dtype: np.dtype, x_zero: int, out_dtype: np.dtype, epilogue: tuple, nparts: int) -> Bound:
-        """The product on ``tlc.kernels.qpanel``: the weight packed for ``vpdpbusd``, A's rows in place (a MatMul,
-        a 1x1 conv of stride 1 on its channels-last copy) or from an im2row over that copy."""
+        """The product on ``tlc.kernels.qpanel``: a conv transposed (C = W' A^T over phase planes of its input,
+        ``qgemm.trun``) unless its weight needs a row term; the rest row-major (``_row_major``)."""
         from ..kernels import qgemm  # NOTE: on first use (qgemm builds the VNNI kernel)
         taps = int(np.prod(geo_args[6]))
+        requant = out_dtype != np.int32
+        bias, s1, s2, y_scale, y_zero, lo, hi = epilogue
+        channels = weight.shape[0] * weight.shape[1]   # the VNNI epilogue reads a bias and a scale per channel
+        bias = np.ascontiguousarray(np.broadcast_to(bias if bias.size else np.zeros(1), (channels,)), np.float64)
+        s2 = np.ascontiguousarray(np.broadcast_to(s2, (channels,)), np.float64)
+        mode = qgemm.MODE_REQUANT if requant else qgemm.MODE_INT32
+        transposed = qgemm.vnni_weights_t(weight, w_zero, taps, x_dtype, x_zero) if self.ports.conv else None
+        if transposed is not None:   # a conv: C = W' A^T, the output's planes whole
+            packed, init, za = transposed
+            geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=0, mode=mode,
+                                 per_channel=s2.size > 1, nparts=nparts)
+            offsets = qgemm.vnni_fields_t(geo, za, nparts)
+            _, cs, _, copy = qgemm.vnni_scratch_sizes(geo)
+            work = [((nparts, cs), np.dtype(np.int32)), ((copy // 4,), np.dtype(np.uint32)),
+                    ((qgemm.interleaved_words(geo),), np.dtype(np.uint32))]
+            args = (V(ctx.inputs[self.ports.x]), packed, init, offsets, V(ctx.outputs[0]), geo, bias, s1, s2,
+                    y_scale, y_zero, lo, hi, W(0), W(1), W(2), nparts)
+            native = [Call(qgemm.trun, args)]
+            note = (f"integer product, VNNI int8 kernel, transposed on phase planes, {nparts} part(s), "
+                    f"{int(geo[qgemm.G_SLABS])} slab(s) of {int(geo[qgemm.G_SLABW])} row(s)")
+            return Bound(fallback_calls(ctx), mode="native", workspace=work, note=note,
+                         request=KernelRequest("qgemm-transposed",
+                                               lambda alias: qgemm.compile_transposed_for(out_dtype, nparts),
+                                               lambda kern, alias: native))
+        geo, packed, init, zbp, rowterm, how = self._row_major(geo_args, weight, w_zero, x_dtype, x_zero, mode, s2,
+                                                               nparts, taps)
+        rows, cs, width, copy = qgemm.vnni_scratch_sizes(geo)
+        work = [((nparts, rows), np.dtype(np.uint8)), ((nparts, cs), np.dtype(np.int32)),
+                ((nparts, width), np.dtype(np.int64)), ((copy,), np.dtype(np.uint8))]
+        args = (V(ctx.inputs[self.ports.x]), packed, init, zbp, V(ctx.outputs[0]), geo, bias, s1, s2, y_scale,
+                y_zero, lo, hi, W(0), W(1), W(2), W(3), nparts)
+        native = [Call(qgemm.vrun, args)]
+        note = (f"integer product, VNNI int8 kernel on {how}{', row term' if rowterm else ''}, {nparts} part(s), "
+                f"{int(geo[qgemm.G_SLABS])} slab(s)")
+        return Bound(fallback_calls(ctx), mode="native", workspace=work, note=note,
+                     request=KernelRequest("qgemm-vnni", lambda alias: qgemm.compile_vnni_for(out_dtype, nparts),
+                                           lambda kern, alias: native))
+
+    def _row_major(self, geo_args: tuple, weight: np.ndarray, w_zero: np.ndarray, x_dtype: np.dtype, x_zero: int,
+                   mode: int, s2: np.ndarray, nparts: int, taps: int):
+        """(geo, packed weight, init, row zero points, whether a row term is added, a note) of the row-major
+        product C = A W'^T: a MatMul's (A's rows in place), or a conv's whose weight needs a row term."""
+        from ..kernels import qgemm  # NOTE: on first use (qgemm builds the VNNI kernel)
         if self.ports.conv:   # the depth in the order the im2row rows hold it: (kh, kw, c)
             g, mg, depth = weight.shape
             weight = weight.reshape(g, mg, depth // taps, taps).transpose(0, 1, 3, 2).reshape(g, mg, depth)
@@ -205,28 +248,12 @@ class QuantizedProductImpl(StepImpl):
         else:
             rows_from = qgemm.ROWS_INPUT
         packed, init, zbp, rowterm, za, a_xor = qgemm.vnni_weights(weight, w_zero, x_dtype, x_zero)
-        requant = out_dtype != np.int32
-        bias, s1, s2, y_scale, y_zero, lo, hi = epilogue
-        channels = weight.shape[0] * weight.shape[1]   # the VNNI epilogue reads a bias and a scale per channel
-        bias = np.ascontiguousarray(np.broadcast_to(bias if bias.size else np.zeros(1), (channels,)), np.float64)
-        s2 = np.ascontiguousarray(np.broadcast_to(s2, (channels,)), np.float64)
-        geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=0,
-                             mode=qgemm.MODE_REQUANT if requant else qgemm.MODE_INT32, per_channel=s2.size > 1,
-                             nparts=nparts, max_slab=qgemm.vnni_slab(weight.shape[2]))
+        geo = qgemm.geometry(*geo_args, signed=x_dtype == np.int8, x_zero=x_zero, kc=0, mode=mode,
+                             per_channel=s2.size > 1, nparts=nparts, max_slab=qgemm.vnni_slab(weight.shape[2]))
         qgemm.vnni_fields(geo, taps, rows_from, za, rowterm, a_xor)
-        rows, cs, width, copy = qgemm.vnni_scratch_sizes(geo)
-        work = [((nparts, rows), np.dtype(np.uint8)), ((nparts, cs), np.dtype(np.int32)),
-                ((nparts, width), np.dtype(np.int64)), ((copy,), np.dtype(np.uint8))]
-        args = (V(ctx.inputs[self.ports.x]), packed, init, zbp, V(ctx.outputs[0]), geo, bias, s1, s2, y_scale,
-                y_zero, lo, hi, W(0), W(1), W(2), W(3), nparts)
-        native = [Call(qgemm.vrun, args)]
         how = {qgemm.ROWS_INPUT: "A's rows in place", qgemm.ROWS_CHANNELS_LAST: "channels-last rows",
                qgemm.ROWS_IM2ROW: "im2row bytes", qgemm.ROWS_PLANES: "an im2row of the planes"}[rows_from]
-        note = (f"integer product, VNNI int8 kernel on {how}{', row term' if rowterm else ''}, {nparts} part(s), "
-                f"{int(geo[qgemm.G_SLABS])} slab(s)")
-        return Bound(fallback_calls(ctx), mode="native", workspace=work, note=note,
-                     request=KernelRequest("qgemm-vnni", lambda alias: qgemm.compile_vnni_for(out_dtype, nparts),
-                                           lambda kern, alias: native))
+        return geo, packed, init, zbp, rowterm, how
 
     def _conv(self, ctx: BindContext, x: tuple[int, ...], w: np.ndarray, y: tuple[int, ...]):
         """(geometry arguments, weight as [G, MG, depth], multiply-adds) of a 2-D convolution."""
