@@ -177,7 +177,8 @@ def test_transposed_vnni_kernel_equals_numpy(rng):
 def vnni_cases(rng):
     """Products on the VNNI kernel's edges (see the module docstring)."""
     feeds = {"a8": byte(rng, (13, 37), np.int8), "au": byte(rng, (2, 7, 38), np.uint8),
-             "x8": byte(rng, (2, 12, 9, 10), np.int8), "xu": byte(rng, (1, 20, 7, 6), np.uint8)}
+             "x8": byte(rng, (2, 12, 9, 10), np.int8), "xu": byte(rng, (1, 19, 7, 6), np.uint8),
+             "x5": byte(rng, (1, 5, 6, 7), np.uint8)}
     per_col = (rng.random(70) * 1e-2 + 1e-3).astype(np.float32)
     cases = [
         ("QLinearMatMul", "v_mm_rowterm", ["a8", f32(0.05), np.int8(-9), byte(rng, (37, 70), np.uint8), per_col,
@@ -196,7 +197,8 @@ def vnni_cases(rng):
                                          (rng.random(18) * 1e-3).astype(np.float32), byte(rng, 18, np.uint8),
                                          f32(0.1), np.uint8(128), rng.integers(-999, 999, 18).astype(np.int32)],
          dict(group=2, pads=[1, 2, 0, 1], strides=[2, 1])),
-        ("QLinearConv", "v_qc_odd", ["xu", f32(0.02), np.uint8(77), byte(rng, (20, 20, 3, 2), np.int8),
+        ("ConvInteger", "v_ci_5", ["x5", byte(rng, (3, 5, 3, 3), np.int8), np.uint8(9)], dict(pads=[1, 1, 1, 1])),
+        ("QLinearConv", "v_qc_odd", ["xu", f32(0.02), np.uint8(77), byte(rng, (20, 19, 3, 2), np.int8),
                                      (rng.random(20) * 1e-3).astype(np.float32), np.zeros(20, np.int8), f32(0.3),
                                      np.int8(-2)], dict(pads=[1, 0, 1, 1], dilations=[2, 1])),
     ]
@@ -219,8 +221,9 @@ def test_vnni_products_equal_the_references_exactly(rng):
         # v_mm_rowterm, v_mi_signed, v_ci_1x1_rowterm, v_qc_uint8_w: W - zb does not fit a signed byte
         assert text.count("row term") == 4 and "channels-last rows" in text, text
         assert "an im2row of the planes" in text, text   # v_qc_uint8_w: 6 channels a group
-        # the other convs: transposed (v_ci_1x1: the interleaved input is its one phase plane)
-        assert text.count("transposed on phase planes") == 3, text
+        # the other convs: transposed (v_ci_1x1: the interleaved input is its one phase plane; the channels of
+        # v_qc_group_s2, v_ci_5, v_qc_odd leave 2, 1, 3 in their last word)
+        assert text.count("transposed on phase planes") == 4, text
     else:
         assert text.count(qpanel.REASON) == len(cases), text
 

@@ -508,6 +508,25 @@ def _words(x, src, hw, xp, at, n, flip):
 
 
 @njit(cache=True, nogil=True)
+def _few_words(x, src, hw, xp, at, n, flip, channels):
+    """``_words`` of 1 to 3 channels (zeros in the other bytes)."""
+    b8, b16 = np.uint32(8), np.uint32(16)
+    o = xp[at:at + n]
+    x0 = x[src:src + n]
+    if channels == 1:
+        for j in range(n):
+            o[j] = np.uint32(x0[j]) ^ flip
+    elif channels == 2:
+        x1 = x[src + hw:src + hw + n]
+        for j in range(n):
+            o[j] = (np.uint32(x0[j]) | (np.uint32(x1[j]) << b8)) ^ flip
+    else:
+        x1, x2 = x[src + hw:src + hw + n], x[src + 2 * hw:src + 2 * hw + n]
+        for j in range(n):
+            o[j] = (np.uint32(x0[j]) | (np.uint32(x1[j]) << b8) | (np.uint32(x2[j]) << b16)) ^ flip
+
+
+@njit(cache=True, nogil=True)
 def _interleave(x, geo, xi):
     """xi[unit, c4, pixel] (uint32) = the word of channels 4 c4 .. 4 c4 + 3 of the pixel (lowest channel in the
     lowest byte, as unsigned bytes: int8 + 128; zeros past CG, whose weights are zeros): a plane of words at a
@@ -522,12 +541,8 @@ def _interleave(x, geo, xi):
             channels = min(4, cg - 4 * c4)
             if channels == 4:
                 _words(x, src, hw, xi, dst, hw, flip)
-                continue
-            for j in range(hw):
-                word = np.uint32(0)
-                for t in range(channels):
-                    word |= np.uint32(x[src + U(t) * hw + j]) << np.uint32(8 * t)
-                xi[dst + j] = word ^ (flip & np.uint32((1 << (8 * channels)) - 1))
+            else:
+                _few_words(x, src, hw, xi, dst, hw, flip & np.uint32((1 << (8 * channels)) - 1), channels)
 
 
 @njit(cache=True, nogil=True)
