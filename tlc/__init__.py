@@ -9,6 +9,7 @@ from . import reference as reference
 from ._version import __version__ as __version__
 from .errors import (
     BackendError,
+    BatchError,
     CompileError,
     DTypeMismatchError,
     ExecutionError,
@@ -31,7 +32,7 @@ from .runtime import CompileOptions, InferenceSession, Plan, PlanStats, Profile,
 # NOTE: tlc.backend (the onnx.backend.base.Backend) is imported on its own: it pulls in onnx.backend.
 
 __all__ = [
-    "BackendError", "CompileError", "CompileOptions", "DTypeMismatchError", "ExecutionError", "Graph",
+    "BackendError", "BatchError", "CompileError", "CompileOptions", "DTypeMismatchError", "ExecutionError", "Graph",
     "InferenceSession", "InputError", "InvalidModelError", "Node", "PassError", "PassManager", "PassOptions",
     "PassReport", "PassResult", "Plan", "PlanStats", "Profile", "ShapeInferenceError", "ShapeMismatchError",
     "TensorType", "TlcError", "UnsupportedOperatorError", "ValidationError", "Value", "compile", "load",

@@ -61,6 +61,11 @@ class ExecutionError(TlcError):
     """An operator failed while running (names the node, op and the shapes it got)."""
 
 
+class BatchError(TlcError):
+    """``run_batches`` cannot batch this model or was asked for a batch it cannot make: an input or output without
+    a leading batch axis, inputs that disagree on the batch dim, a ``batch_size`` the model rules out."""
+
+
 class BackendError(TlcError):
     """A target backend (Numba CPU, CUDA) is unavailable or failed at run time."""
 
@@ -77,5 +82,6 @@ __all__ = [
     "ShapeMismatchError",
     "DTypeMismatchError",
     "ExecutionError",
+    "BatchError",
     "BackendError",
 ]

@@ -15,7 +15,8 @@ import threading
 import time
 import warnings
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TextIO
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from ..ir.feeds import check_feeds
 from ..ir.graph import Graph
 from ..ir.types import TensorType, ValueType, np_dtype
 from ..reference import Interpreter
-from . import threads
+from . import batches, threads
 from .jit import Job
 from .lower import Program, lower
 from .native import cache_for
@@ -89,7 +90,8 @@ class SpecState:
 
 
 class Plan:
-    """A compiled graph: ``run(feeds) -> {name: array}``, ``stats()``, ``profile()``, ``wait_for_jit()``."""
+    """A compiled graph: ``run(feeds) -> {name: array}``, ``run_batches(iterable of feeds)``, ``stats()``,
+    ``profile()``, ``wait_for_jit()``."""
 
     def __init__(self, graph: Graph, options: CompileOptions, timings: dict[str, float] | None = None):
         """Lower ``graph`` (already optimized; it is not changed) for ``options``."""
@@ -149,6 +151,15 @@ class Plan:
             governor.exit(token)
         self._runs.incr()
         return dict(zip(self._out_names, outputs))
+
+    def run_batches(self, feeds: Iterable[Mapping[str, object]], *, batch_size: int | None = None,
+                    progress: bool | TextIO = False) -> Iterator[dict[str, np.ndarray]]:
+        """Run over an iterable of input dicts in chunks of ``batch_size`` rows along the leading (batch) axis; a
+        generator of one output dict per input dict, in order, each with the rows that dict gave. Memory stays
+        bounded by the batch; the last chunk runs at its own size (a symbolic batch dim: one specialization more)
+        or padded (a static batch). ``progress``: True or a text stream for a tqdm bar of rows and rows/s.
+        Details in ``tlc/runtime/batches.py``."""
+        return batches.run_batches(self, feeds, batch_size=batch_size, progress=progress)
 
     def _fast_feeds(self, feeds: Mapping[str, object]) -> list[np.ndarray] | None:
         """The feeds in order when they match the static signature exactly (C-contiguous arrays); else None."""
