@@ -282,3 +282,57 @@ def test_a_missing_output_folder_fails_before_anything_is_written(tmp_path, caps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tlc"]
     assert main([str(model), "-O1", "-o", str(out), "--dump-dot", str(dot)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tlc", "out.dot", "out.onnx"]
+
+
+# ---------------------------------------------------------------------------- scoring a dataset
+def integer_rows(rows: int) -> np.ndarray:
+    """Small integers as float32: demo_graph's products and sums are exact, so any plan's outputs agree bit for bit."""
+    return np.random.default_rng(1).integers(-4, 5, (rows, 4)).astype(np.float32)
+
+
+def test_run_inputs_streams_rows_to_an_output_file(capsys, model, tmp_path):
+    x = integer_rows(13)
+    want = tlc.compile(demo_graph()).run({"x": x})["z"]
+    inputs, outputs = tmp_path / "in.npz", tmp_path / "out.npz"
+    np.savez_compressed(inputs, x=x)                   # a compressed member is streamed by rows too
+    before = inputs.read_bytes()
+    code, stdout, err = run_cli(capsys, model, "-O2", "--run-inputs", str(inputs), "--run-outputs", str(outputs),
+                                "--batch-size", "4")
+    assert code == 0 and stdout == ""
+    assert "ran 13 rows in 4 run(s)" in err and f"wrote {outputs}" in err
+    with np.load(outputs) as result:
+        assert result.files == ["z"]
+        np.testing.assert_array_equal(result["z"], want)
+    assert inputs.read_bytes() == before
+    np.save(tmp_path / "in.npy", x)                    # one input, one output: .npy both ways
+    code, _, _ = run_cli(capsys, model, "--run-inputs", str(tmp_path / "in.npy"), "--run-outputs",
+                         str(tmp_path / "out.npy"), "--batch-size", "5")
+    assert code == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), want)
+    assert sorted(os.listdir(tmp_path)) == ["demo.onnx", "in.npy", "in.npz", "out.npy", "out.npz"]
+
+
+def test_run_inputs_never_overwrites_and_a_failure_leaves_no_output(capsys, model, tmp_path, monkeypatch):
+    inputs, outputs = tmp_path / "in.npz", tmp_path / "out.npz"
+    np.savez(inputs, x=integer_rows(10))
+    before = inputs.read_bytes()
+    os.symlink(inputs, tmp_path / "link.npz")
+    for target in (inputs, tmp_path / "link.npz"):
+        code, _, err = run_cli(capsys, model, "--run-inputs", str(inputs), "--run-outputs", str(target))
+        assert code == 1 and "is the --run-inputs file; tlc-opt does not overwrite it" in one_error_line(err)
+    code, _, err = run_cli(capsys, model, "--run-inputs", str(inputs), "--run-outputs", model)
+    assert code == 1 and "is the input file" in one_error_line(err)
+    outputs.write_bytes(b"previous result")
+    run = tlc.Plan.run
+
+    def fail_on_the_third_chunk(self, feeds, **kwargs):
+        if self.runs == 2:
+            raise tlc.ExecutionError("node 'm' (Mul) failed: out of luck")
+        return run(self, feeds, **kwargs)
+
+    monkeypatch.setattr(tlc.Plan, "run", fail_on_the_third_chunk)
+    code, _, err = run_cli(capsys, model, "--run-inputs", str(inputs), "--run-outputs", str(outputs),
+                           "--batch-size", "4")
+    assert code == 1 and "node 'm' (Mul) failed: out of luck" in one_error_line(err)
+    assert outputs.read_bytes() == b"previous result" and inputs.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["demo.onnx", "in.npz", "link.npz", "out.npz"]   # no temporary left

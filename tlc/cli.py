@@ -3,6 +3,7 @@
     tlc-opt model.onnx -O2 -o model.opt.onnx --stats
     tlc-opt case.tlc --passes=cse --emit=tlc          # text IR on stdout (how the golden tests run it)
     tlc-opt model.onnx -O3 --bisect [--feeds feeds.npz]   # name the first pass/rule that changes the outputs
+    tlc-opt model.onnx -O2 --run-inputs in.npz --run-outputs out.npz --batch-size 64   # score a dataset
 
 The output format follows the output file's extension unless ``--emit`` names one; without ``-o`` only
 ``--emit tlc`` writes (to stdout). User errors (a missing file, an unknown pass, a bad value) print one line with
@@ -40,6 +41,7 @@ from .passes import (
 )
 from .passes.bisect import DEFAULT_RTOL, EXIT_FOUND, bisect, load_feeds, write_reproducers
 from .passes.pipeline import MAX_OPT_LEVEL
+from .runtime.batches import DEFAULT_BATCH_SIZE, PROGRESS_EXTRA
 
 PROG = "tlc-opt"
 #: the exit status of an internal error (a bug of tlc's; BSD sysexits EX_SOFTWARE)
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_debug_options(parser)
     _add_bisect_options(parser)
     _add_run_options(parser)
+    _add_scoring_options(parser)
     return parser
 
 
@@ -98,6 +101,20 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                        help="interleaved timing rounds for --bench (default 10)")
     group.add_argument("--threads", type=int, default=None, metavar="N",
                        help="threads for the compiled plan and onnxruntime (default: all cores)")
+
+
+def _add_scoring_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "scoring a dataset (compiles the optimized graph and streams rows through it)",
+        "Rows are read a block at a time, run in batches (plan.run_batches) and written as they come, so memory "
+        "stays bounded by the batch. Files: .npz (one array per input or output name, the batch axis first) or "
+        ".npy (a model with one input, or one output). The last batch of a model with a static batch dim is "
+        "padded; the output file appears only once complete. --progress (or a terminal) draws a bar of rows/s.")
+    group.add_argument("--run-inputs", metavar="IN.npz", help="the rows to run: .npz by input name, or .npy")
+    group.add_argument("--run-outputs", metavar="OUT.npz", help="where to write the outputs: .npz by output name, "
+                                                                 "or .npy for a model with one output")
+    group.add_argument("--batch-size", type=int, metavar="N", default=None,
+                       help=f"rows per run (default {DEFAULT_BATCH_SIZE}, or the model's static batch dim)")
 
 
 def _add_io_options(parser: argparse.ArgumentParser) -> None:
@@ -182,6 +199,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 2
     out_format = check_outputs(args)
     check_bisect_flags(args)
+    check_scoring_flags(args)
     manager = make_manager(args, sys.stderr)
     graph = load_input(args.input, progress=args.progress or _is_tty(sys.stderr))
     if args.bisect or args.check_each:
@@ -190,9 +208,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     write_outputs(args, optimized, out_format)
     if args.stats:
         sys.stderr.write(report.stats_table() + "\n")
+    if args.run_inputs:
+        score(args, optimized, sys.stderr)
     if args.bench:
         bench(args, graph, optimized, sys.stderr)
-    elif args.stats:
+    elif args.stats or args.run_inputs:
         pass
     elif out_format is None and not (args.time_passes or args.print_ir_after_all or args.print_ir_after_change):
         print(f"{PROG}: {report.nodes_before} -> {report.nodes_after} nodes ({manager}); nothing written "
@@ -210,6 +230,67 @@ def check_bisect_flags(args: argparse.Namespace) -> None:
         raise UsageError("--bench cannot be combined with --bisect or --check-each", "run them separately")
     if args.bisect_rtol is not None and not 0 <= args.bisect_rtol < 1:
         raise UsageError(f"--bisect-rtol {args.bisect_rtol} is out of range: expected a number in [0, 1)")
+
+
+def check_scoring_flags(args: argparse.Namespace) -> None:
+    """--run-inputs and --run-outputs go together, name .npz/.npy files, and never overwrite a file tlc-opt reads
+    or writes otherwise; the outputs' folder and the inputs are checked before any work."""
+    if args.run_inputs is None:
+        for flag, value in (("--run-outputs", args.run_outputs), ("--batch-size", args.batch_size)):
+            if value is not None:
+                raise UsageError(f"{flag} is used only with --run-inputs", "add --run-inputs IN.npz")
+        return
+    if args.run_outputs is None:
+        raise UsageError("--run-inputs needs --run-outputs: where to write the outputs", "add --run-outputs OUT.npz")
+    if args.bisect or args.check_each:
+        raise UsageError("--run-inputs cannot be combined with --bisect or --check-each", "run them separately")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size {args.batch_size} is out of range: expected an integer >= 1")
+    others = [("the input file", args.input), ("the --run-inputs file", args.run_inputs), ("-o", args.output),
+              ("--dump-dot", args.dump_dot), ("--dump-graphml", args.dump_graphml)]
+    for what, path in others:
+        if path is not None and same_file(args.run_outputs, path):
+            raise UsageError(f"--run-outputs {args.run_outputs!r} is {what}; tlc-opt does not overwrite it",
+                             "write the outputs to another file")
+    for flag, path in (("--run-inputs", args.run_inputs), ("--run-outputs", args.run_outputs)):
+        if Path(path).suffix.lower() not in (".npz", ".npy"):
+            raise UsageError(f"{flag} {path!r}: expected a .npz or .npy file",
+                             "name an .npz file (arrays by name), or an .npy file for one array")
+    if not Path(args.run_inputs).is_file():
+        raise OSError(errno.ENOENT, "no such file", args.run_inputs)
+    if not Path(args.run_outputs).parent.is_dir():
+        raise OSError(errno.ENOENT, "no such folder", str(Path(args.run_outputs).parent))
+
+
+def score(args: argparse.Namespace, optimized: Graph, err: TextIO) -> None:
+    """``--run-inputs``: compile the optimized graph and stream the file's rows through it
+    (``tlc.runtime.batches.run_file``: ``plan.run_batches`` between a reader and a writer of row blocks)."""
+    import time
+
+    from .runtime import compile as compile_plan
+    from .runtime.batches import run_file
+
+    plan = compile_plan(optimized, opt_level=0, jit="auto", num_threads=args.threads)
+    progress = _scoring_progress(args, err)
+    start, runs = time.perf_counter(), plan.runs
+    rows = run_file(plan, args.run_inputs, args.run_outputs, batch_size=args.batch_size, progress=progress)
+    seconds = time.perf_counter() - start
+    print(f"{PROG}: ran {rows} rows in {plan.runs - runs} run(s) ({seconds:.2f} s, {rows / max(seconds, 1e-9):,.0f} "
+          f"rows/s); wrote {args.run_outputs}", file=err)
+
+
+def _scoring_progress(args: argparse.Namespace, err: TextIO) -> TextIO | bool:
+    """A bar on stderr with --progress or on a terminal; --progress without tqdm is an error."""
+    if not (args.progress or _is_tty(err)):
+        return False
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        if args.progress:
+            raise UsageError("--progress needs tqdm to draw the bar of --run-inputs, and it is not installed",
+                             PROGRESS_EXTRA) from None
+        return False
+    return err
 
 
 def run_bisect(args: argparse.Namespace, manager: PassManager, graph: Graph, out_format: str | None,

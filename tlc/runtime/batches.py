@@ -18,6 +18,9 @@ besides the current dict at most one chunk of inputs is held, plus the outputs o
 dict is yielded as soon as all its rows have run). Output arrays belong to the caller and never alias the plan's
 buffers; the outputs of the dicts of one chunk are views of that chunk's output arrays.
 
+``run_file(plan, "in.npz", "out.npz", batch_size=...)`` streams the rows of an ``.npz``/``.npy`` file through
+``run_batches`` and writes the outputs the same way, a block at a time (``tlc.io.arrays``; ``tlc-opt --run-inputs``).
+
 Errors: a model that cannot be batched, a bad ``batch_size`` or a missing tqdm are raised by the call itself; a bad
 input dict (``InputError``, ``ShapeMismatchError``, ``DTypeMismatchError``, naming ``input dict <index>``) or an
 exception from the iterable is raised once the dicts before it have been run and yielded.
@@ -26,15 +29,18 @@ exception from the iterable is raised once the dicts before it have been run and
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
 from ..errors import BatchError, InputError, ShapeMismatchError
+from ..io.arrays import RowReader, RowWriter
 from ..ir.feeds import check_feeds, describe_inputs
 from ..ir.types import TensorType
 
@@ -73,6 +79,28 @@ def _stream(plan: Plan, feeds: Iterable[Mapping[str, Any]], batch_size: int | No
     if not isinstance(feeds, Iterable):
         raise InputError(f"run_batches takes an iterable of input dicts, got {type(feeds).__name__}")
     return _Stream(plan, layout, rows).run(feeds, bar, total)
+
+
+def run_file(plan: Plan, inputs: str | os.PathLike, outputs: str | os.PathLike, *, batch_size: int | None = None,
+             progress: bool | TextIO = False) -> int:
+    """Run ``plan`` over the rows of an ``.npz`` (one array per input name, the batch axis first) or ``.npy`` file
+    (a model with one input), ``batch_size`` rows at a time, and write the outputs the same way to ``outputs``
+    (``.npz`` by output name, or ``.npy`` for one output); returns the number of rows. Rows are read and written a
+    block at a time (``tlc.io.arrays``), so memory stays bounded by the batch; the output file appears only once
+    complete. The file's arrays are checked against the inputs from their headers before any row is read."""
+    layout = BatchLayout.of(plan)
+    rows = layout.run_rows(batch_size)
+    names = {"input": [name for name, _ in plan.inputs], "output": [name for name, _ in plan.outputs]}
+    for what, path in (("input", inputs), ("output", outputs)):
+        if Path(path).suffix.lower() == ".npy" and len(names[what]) != 1:
+            raise InputError(f"{str(path)!r}: an .npy file holds one array, but the model has {len(names[what])} "
+                             f"{what}s ({', '.join(names[what])}); use an .npz file, one array per {what} name")
+    with RowReader(inputs, name=names["input"][0]) as reader:
+        layout.check_file(reader, str(inputs))
+        with RowWriter(outputs, reader.rows) as writer:
+            for block in _stream(plan, reader.blocks(rows), batch_size, progress, total=reader.rows):
+                writer.write(block)
+    return reader.rows
 
 
 # ---------------------------------------------------------------------------- the batch axis
@@ -205,6 +233,25 @@ class BatchLayout:
             raise ShapeMismatchError(f"{where}: the inputs disagree on the number of rows ({counts}); the leading "
                                      f"axis of every input is the batch")
         return all(batched.values())
+
+    def check_file(self, reader: RowReader, where: str) -> None:
+        """A file's arrays against the inputs, from their headers alone (names, dtypes, ranks, dims); every array
+        must have the batch axis, and there must be rows (no run, no outputs' shapes)."""
+        unknown = [name for name in reader.names if name not in dict(self.specs)]
+        missing = [name for name, _ in self.specs if name not in reader.names]
+        if unknown or missing:
+            what = (f"arrays {', '.join(map(repr, unknown))} are not inputs of the model" if unknown
+                    else f"no array for input(s) {', '.join(map(repr, missing))}")
+            raise InputError(f"{where}: {what}; expected one array per input: {describe_inputs(self.specs)}")
+        # NOTE: zero-stride stand-ins with the arrays' shapes and dtypes: checking them reads nothing
+        shapes = reader.shapes
+        stand_ins = {name: np.broadcast_to(np.zeros((), dtype), shapes[name]) for name, dtype in reader.dtypes.items()}
+        if not self.check(stand_ins, where)[1]:
+            got = ", ".join(f"{name}{list(shape)}" for name, shape in shapes.items())
+            raise ShapeMismatchError(f"{where}: the arrays ({got}) lack the batch axis; expected "
+                                     f"{describe_inputs(self.specs)}")
+        if reader.rows == 0:
+            raise InputError(f"{where}: the arrays have no rows")
 
     def count_rows(self, feeds: Sequence[object]) -> int | None:
         """The rows of a sequence of input dicts, from their first input's shape (None where that is unclear)."""
