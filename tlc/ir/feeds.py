@@ -25,18 +25,7 @@ def check_feeds(specs: Sequence[tuple[str, ValueType]], feeds: Mapping[str, obje
                 ) -> tuple[dict[str, np.ndarray], dict[str, int]]:
     """Validate ``feeds`` against ``specs``; returns the arrays (lists of arrays for sequences, None for empty
     optionals) and the sizes bound to symbolic dims (by tensor inputs only)."""
-    if not isinstance(feeds, Mapping):
-        raise InputError(f"feeds must be a dict of input name -> array; got {type(feeds).__name__}. "
-                         f"Expected inputs: {describe_inputs(specs)}")
-    wanted = dict(specs)
-    unknown = [k for k in feeds if k not in wanted]
-    if unknown:
-        raise InputError(f"unknown input name(s) {', '.join(map(repr, unknown))}; "
-                         f"expected inputs: {describe_inputs(specs)}")
-    missing = [k for k in wanted if k not in feeds]
-    if missing:
-        raise InputError(f"missing input(s) {', '.join(map(repr, missing))}; "
-                         f"expected inputs: {describe_inputs(specs)}")
+    check_names(specs, feeds)
     arrays: dict[str, np.ndarray] = {}
     bound: dict[str, tuple[int, str]] = {}
     for name, ttype in specs:
@@ -68,6 +57,22 @@ def check_feeds(specs: Sequence[tuple[str, ValueType]], feeds: Mapping[str, obje
                     bound.setdefault(dim, (size, name))
         arrays[name] = array
     return arrays, {k: v for k, (v, _) in bound.items()}
+
+
+def check_names(specs: Sequence[tuple[str, ValueType]], feeds: object) -> None:
+    """``feeds`` is a mapping that names every input of ``specs`` and nothing else; else an ``InputError``."""
+    if not isinstance(feeds, Mapping):
+        raise InputError(f"feeds must be a dict of input name -> array; got {type(feeds).__name__}. "
+                         f"Expected inputs: {describe_inputs(specs)}")
+    wanted = dict(specs)
+    unknown = [k for k in feeds if k not in wanted]
+    if unknown:
+        raise InputError(f"unknown input name(s) {', '.join(map(repr, unknown))}; "
+                         f"expected inputs: {describe_inputs(specs)}")
+    missing = [k for k in wanted if k not in feeds]
+    if missing:
+        raise InputError(f"missing input(s) {', '.join(map(repr, missing))}; "
+                         f"expected inputs: {describe_inputs(specs)}")
 
 
 def _check_value(name: str, vtype: ValueType, raw: object) -> object:

@@ -32,7 +32,7 @@ import itertools
 import os
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -41,7 +41,7 @@ import numpy as np
 
 from ..errors import BatchError, InputError, ShapeMismatchError
 from ..io.arrays import RowReader, RowWriter
-from ..ir.feeds import check_feeds, describe_inputs
+from ..ir.feeds import check_feeds, check_names, describe_inputs
 from ..ir.types import TensorType
 
 if TYPE_CHECKING:
@@ -183,19 +183,10 @@ class BatchLayout:
     def check(self, feeds: object, where: str) -> tuple[dict[str, np.ndarray], bool]:
         """``feeds`` checked (names, dtypes, ranks, rows, dims): the arrays with the batch axis first, and whether
         the dict had it (False: one row without it). Errors start with ``where``."""
-        if not isinstance(feeds, Mapping):
-            raise InputError(f"{where}: expected a dict of input name -> array, got {type(feeds).__name__}; "
-                             f"expected inputs: {describe_inputs(self.specs)}")
-        names = [name for name, _ in self.specs]
-        unknown = [k for k in feeds if k not in names]
-        missing = [k for k in names if k not in feeds]
-        if unknown or missing:
-            what = (f"unknown input name(s) {', '.join(map(repr, unknown))}" if unknown
-                    else f"missing input(s) {', '.join(map(repr, missing))}")
-            raise InputError(f"{where}: {what}; expected inputs: {describe_inputs(self.specs)}")
-        arrays = {name: _as_array(feeds[name]) for name in names}
-        batched = self._has_batch_axis(arrays, where)
         try:
+            check_names(self.specs, feeds)
+            arrays = {name: _as_array(feeds[name]) for name, _ in self.specs}
+            batched = self._has_batch_axis(arrays)
             checked, _ = check_feeds(self.specs if batched else self.row_specs, arrays)
         except InputError as exc:
             raise type(exc)(f"{where}: {exc}") from None
@@ -203,7 +194,7 @@ class BatchLayout:
             return {name: a[np.newaxis] for name, a in checked.items()}, False
         return checked, True
 
-    def _has_batch_axis(self, arrays: dict[str, object], where: str) -> bool:
+    def _has_batch_axis(self, arrays: dict[str, object]) -> bool:
         """Whether every array has the batch axis (all with the same number of rows) or none has (one row)."""
         batched: dict[str, bool] = {}
         for name, t in self.specs:
@@ -212,26 +203,26 @@ class BatchLayout:
                 continue        # not an array: check_feeds names what it is
             if t.shape is None or a.ndim == len(t.shape):
                 if a.ndim == 0:
-                    raise ShapeMismatchError(f"{where}: input {name!r}: expected the batch axis first, got a scalar")
+                    raise ShapeMismatchError(f"input {name!r}: expected the batch axis first, got a scalar")
                 batched[name] = True
             elif a.ndim == len(t.shape) - 1 and self.row_specs is not None:
                 batched[name] = False
             else:
                 one_row = len(t.shape) > 1 and self.row_specs is not None
                 row = f" or {len(t.shape) - 1} (one row without it)" if one_row else ""
-                raise ShapeMismatchError(f"{where}: input {name!r}: expected rank {len(t.shape)} ({t}, the batch "
-                                         f"axis first){row}; got shape {list(a.shape)}")
+                raise ShapeMismatchError(f"input {name!r}: expected rank {len(t.shape)} ({t}, the batch axis "
+                                         f"first){row}; got shape {list(a.shape)}")
         if len(set(batched.values())) > 1:
             (has,) = [n for n, b in batched.items() if b][:1]
             (lacks,) = [n for n, b in batched.items() if not b][:1]
-            raise ShapeMismatchError(f"{where}: input {has!r} has the batch axis (shape {list(arrays[has].shape)}) "
-                                     f"but input {lacks!r} has not (shape {list(arrays[lacks].shape)}): give every "
-                                     f"input of a dict with it, or every input without it (one row)")
+            raise ShapeMismatchError(f"input {has!r} has the batch axis (shape {list(arrays[has].shape)}) but input "
+                                     f"{lacks!r} has not (shape {list(arrays[lacks].shape)}): give every input of a "
+                                     f"dict with it, or every input without it (one row)")
         rows = {name: arrays[name].shape[0] for name, b in batched.items() if b}
         if len(set(rows.values())) > 1:
             counts = ", ".join(f"{name!r} has {n}" for name, n in rows.items())
-            raise ShapeMismatchError(f"{where}: the inputs disagree on the number of rows ({counts}); the leading "
-                                     f"axis of every input is the batch")
+            raise ShapeMismatchError(f"the inputs disagree on the number of rows ({counts}); the leading axis of "
+                                     f"every input is the batch")
         return all(batched.values())
 
     def check_file(self, reader: RowReader, where: str) -> None:
@@ -344,7 +335,6 @@ class _Stream:
             if total is None and isinstance(feeds, (list, tuple)):
                 total = self.layout.count_rows(feeds)
             self.bar = bar_factory(total, self.plan.name)
-        dicts = len(feeds) if isinstance(feeds, Sized) and not isinstance(feeds, (list, tuple)) else None
         failure: BaseException | None = None
         try:
             iterator = iter(feeds)
@@ -362,8 +352,6 @@ class _Stream:
                     failure = exc
                     break
                 yield from self.feed(entry, arrays)
-                if dicts is not None and self.bar is not None:
-                    self.bar.set_postfix_str(f"input dicts {index + 1}/{dicts}", refresh=False)
             self.flush()
             yield from self.completed()
             if failure is not None:
