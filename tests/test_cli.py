@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -336,3 +337,19 @@ def test_run_inputs_never_overwrites_and_a_failure_leaves_no_output(capsys, mode
     assert code == 1 and "node 'm' (Mul) failed: out of luck" in one_error_line(err)
     assert outputs.read_bytes() == b"previous result" and inputs.read_bytes() == before
     assert sorted(os.listdir(tmp_path)) == ["demo.onnx", "in.npz", "link.npz", "out.npz"]   # no temporary left
+
+
+def test_run_flags_go_together(capsys, model, tmp_path, monkeypatch):
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=integer_rows(3))
+    for flags, text in [(["--batch-size", "4"], "--batch-size is used only with --run-inputs"),
+                        (["--run-inputs", str(inputs)], "--run-inputs needs --run-outputs"),
+                        (["--run-inputs", str(inputs), "--run-outputs", str(tmp_path / "o.csv")],
+                         "expected a .npz or .npy file")]:
+        code, _, err = run_cli(capsys, model, *flags)
+        assert code == 1 and text in one_error_line(err), flags
+    monkeypatch.setitem(sys.modules, "tqdm", None)          # as if tqdm were not installed
+    code, _, err = run_cli(capsys, model, "--run-inputs", str(inputs), "--run-outputs", str(tmp_path / "o.npz"),
+                           "--progress")
+    assert code == 1 and "(hint: pip install 'tlc[progress]')" in one_error_line(err)
+    assert sorted(os.listdir(tmp_path)) == ["demo.onnx", "in.npz"]

@@ -200,6 +200,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     out_format = check_outputs(args)
     check_bisect_flags(args)
     check_scoring_flags(args)
+    scoring_bar = _scoring_progress(args, sys.stderr) if args.run_inputs else False
     manager = make_manager(args, sys.stderr)
     graph = load_input(args.input, progress=args.progress or _is_tty(sys.stderr))
     if args.bisect or args.check_each:
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.stats:
         sys.stderr.write(report.stats_table() + "\n")
     if args.run_inputs:
-        score(args, optimized, sys.stderr)
+        score(args, optimized, scoring_bar, sys.stderr)
     if args.bench:
         bench(args, graph, optimized, sys.stderr)
     elif args.stats or args.run_inputs:
@@ -262,16 +263,16 @@ def check_scoring_flags(args: argparse.Namespace) -> None:
         raise OSError(errno.ENOENT, "no such folder", str(Path(args.run_outputs).parent))
 
 
-def score(args: argparse.Namespace, optimized: Graph, err: TextIO) -> None:
+def score(args: argparse.Namespace, optimized: Graph, progress: TextIO | bool, err: TextIO) -> None:
     """``--run-inputs``: compile the optimized graph and stream the file's rows through it
-    (``tlc.runtime.batches.run_file``: ``plan.run_batches`` between a reader and a writer of row blocks)."""
+    (``tlc.runtime.batches.run_file``: ``plan.run_batches`` between a reader and a writer of row blocks), with a
+    progress bar drawn on ``progress`` (False: none)."""
     import time
 
     from .runtime import compile as compile_plan
     from .runtime.batches import run_file
 
     plan = compile_plan(optimized, opt_level=0, jit="auto", num_threads=args.threads)
-    progress = _scoring_progress(args, err)
     start, runs = time.perf_counter(), plan.runs
     rows = run_file(plan, args.run_inputs, args.run_outputs, batch_size=args.batch_size, progress=progress)
     seconds = time.perf_counter() - start
@@ -280,7 +281,8 @@ def score(args: argparse.Namespace, optimized: Graph, err: TextIO) -> None:
 
 
 def _scoring_progress(args: argparse.Namespace, err: TextIO) -> TextIO | bool:
-    """A bar on stderr with --progress or on a terminal; --progress without tqdm is an error."""
+    """Where --run-inputs draws its bar: stderr with --progress or on a terminal, else nowhere (False);
+    --progress without tqdm is an error, found before any work."""
     if not (args.progress or _is_tty(err)):
         return False
     try:

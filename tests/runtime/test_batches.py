@@ -169,6 +169,37 @@ def test_a_bad_dict_is_named_after_the_dicts_before_it_are_yielded(plan, case):
     assert_split(got, [3, 2], plan.run(concatenated(good[:2])))
 
 
+def test_the_iterables_own_failure_comes_after_the_dicts_before_it(plan):
+    good = dicts([3, 2], seed=7)
+
+    def failing():
+        yield from good
+        raise OSError("disk gone")
+
+    got = []
+    with pytest.raises(OSError, match="disk gone"):
+        for out in plan.run_batches(failing(), batch_size=4):
+            got.append(out)
+    assert_split(got, [3, 2], plan.run(concatenated(good)))
+    with pytest.raises(InputError, match=r"input dict\(s\) 0, 1 have no rows, and no dict had any"):
+        list(plan.run_batches(dicts([0, 0])))
+
+
+def test_inputs_without_one_batch_axis_are_refused_by_the_call():
+    def model(x_shape, s_shape):
+        g = tlc.Graph("two")
+        x, s = g.input("x", "float32", x_shape), g.input("s", "float32", s_shape)
+        g.output(g.add_node("Add", [g.add_node("ReduceMax", [x], keepdims=0), g.add_node("ReduceMax", [s],
+                                                                                            keepdims=0)]), "y")
+        return tlc.compile(g)
+
+    with pytest.raises(BatchError, match=r"the inputs disagree on the batch dim \(their leading dims: 'x': 'N', "
+                                         r"'s': 'M'\)"):
+        model(("N", 6), ("M",)).run_batches([])
+    with pytest.raises(BatchError, match=r"the batch dim 'N' also sizes a later axis of input 's'"):
+        model(("N", 6), ("N", "N")).run_batches([])
+
+
 def test_a_batch_that_cannot_be_split_is_a_named_error():
     g = tlc.Graph("losses")
     x = g.input("x", "float32", ("N", 3))
