@@ -157,6 +157,14 @@ def test_feed_errors_are_named(rng):
     with pytest.raises(tlc.DTypeMismatchError, match="expected dtype float32, got float64"):
         plan.run({"x": x.astype(np.float64)})
 
+def test_big_endian_feeds_are_their_values(rng):
+    """'>f4' is float32 too: the values reach the kernels, not the swapped bytes (a Relu kernel once read them)."""
+    g = tlc.Graph("relu")
+    g.output(g.add_node("Relu", [g.input("x", "float32", ("N", 64))]), "y")
+    plan = compile(g, jit="eager")
+    x = rng.standard_normal((3, 64), dtype=np.float32)
+    np.testing.assert_array_equal(plan.run({"x": x.astype(">f4")})["y"], np.maximum(x, 0))
+
 
 def test_multi_output_fused_group_on_the_reference_path(rng):
     g = fused_graph(n_outputs=2)

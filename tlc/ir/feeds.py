@@ -41,6 +41,8 @@ def check_feeds(specs: Sequence[tuple[str, ValueType]], feeds: Mapping[str, obje
         if got != ttype.dtype:
             raise DTypeMismatchError(f"input {name!r}: expected dtype {ttype.dtype}, got {got} "
                                      f"(shape {list(array.shape)})")
+        if not array.dtype.isnative:   # '>f4' names float32 too; kernels read native bytes
+            array = array.astype(array.dtype.newbyteorder("="))
         if ttype.shape is not None:
             if array.ndim != len(ttype.shape):
                 raise ShapeMismatchError(f"input {name!r}: expected rank {len(ttype.shape)} shape {ttype}, "
