@@ -3,12 +3,13 @@ kernel, and QuantizeLinear / DequantizeLinear on bytes.
 
 A depthwise product has a depth of KH * KW (9 for a 3x3): too shallow for an im2col and a GEMM (the float32
 BLAS path spent 131 us on 32 x 16x16 3x3, most of it laying out and chunking). Here each (image, output
-channel) is one item: the input channel's plane is centered (``x - x_zero``, int32) into a zero-bordered scratch
+channel) is one item: the input channel's plane is centered (``x - x_zero``) into a zero-bordered scratch
 plane once, so that the taps need no bounds tests, then each output row accumulates ``w'[a, b] * plane[...]``
-over the taps in int32 (a vector over the output columns) and goes through ``tlc.kernels.qgemm``'s epilogue
+over the taps (a vector over the output columns) and goes through ``tlc.kernels.qgemm``'s epilogue
 (``_finish``: int32 wrap, or requantization in the reference's order), so results equal the reference's bit
 for bit. int32 sums are exact while ``taps * |x'| * |w'|`` stays below 2^31 (the caller checks: ``exact``); an
-int32 output wraps as the reference's does.
+int32 output wraps as the reference's does. (float32 sums, exact below 2^24, ran the taps no faster: 61 against
+64 us on 144 x 56x56.)
 
 Bytes go in and out as uint8 (an int8 input is read through ``(b ^ 128) - 128``, an int8 output written as its
 low byte), so one compiled signature serves both. The geometry is ``qgemm.geometry``'s array (``G_CG`` = 1).
@@ -23,7 +24,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import qgemm
-from .qgemm import MODE_REQUANT, _copy_bytes, _finish
+from .qgemm import MODE_REQUANT, _finish
 
 # the fields of ``qgemm.geometry``'s array this module reads
 G_N, G_G, G_MG, G_H, G_W, G_XN, G_XC = qgemm.G_N, qgemm.G_G, qgemm.G_MG, qgemm.G_H, qgemm.G_W, qgemm.G_XN, qgemm.G_XC
@@ -50,8 +51,7 @@ def plane_size(geo: np.ndarray) -> tuple[int, int]:
 
 
 def scratch_size(geo: np.ndarray) -> int:
-    """Elements per part of the int32 scratch (the plane and the sums) and of the staging rows (the output's
-    dtype): the plane's size each."""
+    """Elements per part of the int32 scratch (the plane, then the sums): the plane's size each."""
     rows, cols = plane_size(geo)
     return rows * cols
 
@@ -118,11 +118,23 @@ def _taps_flat(plane, wc, kh, kw, dh, dw, cols, acc, span):
 
 
 @njit(cache=True, nogil=True)
-def part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, stage, p, nparts):
+def _taps_flat_3x3(plane, wc, dh, dw, cols, acc, span):
+    """``_taps_flat`` of a 3x3: the nine taps of an output summed in registers, one store an output (a tap at a
+    time loaded and stored the sums nine times: 144 x 56x56 97-158 -> 64 us)."""
+    p = plane
+    w0, w1, w2, w3, w4, w5, w6, w7, w8 = wc[0], wc[1], wc[2], wc[3], wc[4], wc[5], wc[6], wc[7], wc[8]
+    b1, b2 = U(dw), U(2 * dw)
+    r1, r2 = U(dh * cols), U(2 * dh * cols)
+    for i in range(U(span)):
+        acc[i] = (w0 * p[i] + w1 * p[i + b1] + w2 * p[i + b2] + w3 * p[i + r1] + w4 * p[i + r1 + b1]
+                  + w5 * p[i + r1 + b2] + w6 * p[i + r2] + w7 * p[i + r2 + b1] + w8 * p[i + r2 + b2])
+
+
+@njit(cache=True, nogil=True)
+def part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, p, nparts):
     """Items p, p + nparts, ... (an item: one image's output channel); ``wc``: [channels, KH * KW] int32,
-    centered; ``out`` and ``stage`` as bytes (an int32 output through an int32 view of them: one signature for
-    every output type); ``scratch`` (int32, twice ``scratch_size``) and ``stage`` (``scratch_size`` outputs):
-    this part's."""
+    centered; ``out`` as bytes (an int32 output through an int32 view of them: one signature for every output
+    type); ``scratch`` (int32, twice ``scratch_size``): this part's."""
     mg, oh_, ow = geo[G_MG], geo[G_OH], geo[G_OW]
     kh, kw, sh, sw, dh, dw = geo[G_KH], geo[G_KW], geo[G_SH], geo[G_SW], geo[G_DH], geo[G_DW]
     channels = geo[G_G] * mg
@@ -131,8 +143,7 @@ def part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, stage,
     cols = (ow - 1) * sw + (kw - 1) * dw + 1
     plane = scratch[:rows * cols]
     acc = scratch[rows * cols:2 * rows * cols]
-    words, stage_words = (scratch[:0], scratch[:0]) if requant else (out.view(np.int32), stage.view(np.int32))
-    item_bytes = 1 if requant else 4
+    words = scratch[:0] if requant else out.view(np.int32)
     flat = sh == 1 and sw == 1
     span = (oh_ - 1) * cols + ow
     last = -1
@@ -146,52 +157,58 @@ def part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, stage,
         s = s2[ch] if geo[G_PERCHAN] else s2[0]
         weights = wc[ch]
         o = img * geo[G_ON] + ch * geo[G_OC]
-        if flat:   # the plane's rows (cols wide) into the staging rows, then each row's first ow into place
-            _taps_flat(plane, weights, kh, kw, dh, dw, cols, acc, span)
-            _emit(acc[:span], stage, stage_words, b, s, requant, s1, y_scale, y_zero, lo, hi)
-            for r in range(oh_):
-                _copy_bytes(out.ctypes.data + (o + r * ow) * item_bytes, stage.ctypes.data + r * cols * item_bytes,
-                            ow * item_bytes)
-            continue
-        for r in range(oh_):
-            _row(plane, r * sh * cols, weights, kh, kw, dh, dw, sw, cols, acc, r * ow, ow)
-        if requant:
-            _emit(acc[:oh_ * ow], out[o:o + oh_ * ow], words, b, s, True, s1, y_scale, y_zero, lo, hi)
+        if flat:   # the plane's rows (cols wide) as one flat row; each row's first ow are the outputs
+            if kh == 3 and kw == 3:
+                _taps_flat_3x3(plane, weights, dh, dw, cols, acc, span)
+            else:
+                _taps_flat(plane, weights, kh, kw, dh, dw, cols, acc, span)
+            step, count, width = cols, oh_, ow
         else:
-            _emit(acc[:oh_ * ow], out, words[o:o + oh_ * ow], b, s, False, s1, y_scale, y_zero, lo, hi)
+            for r in range(oh_):
+                _row(plane, r * sh * cols, weights, kh, kw, dh, dw, sw, cols, acc, r * ow, ow)
+            step, count, width = oh_ * ow, 1, oh_ * ow
+        if requant:
+            _emit_rows(acc, step, count, width, out[o:o + oh_ * ow], words, b, s, True, s1, y_scale, y_zero, lo, hi)
+        else:
+            _emit_rows(acc, step, count, width, out, words[o:o + oh_ * ow], b, s, False, s1, y_scale, y_zero, lo,
+                       hi)
 
 
 @njit(cache=True, nogil=True)
-def _emit(acc, out, words, b, s, requant, s1, y_scale, y_zero, lo, hi):
-    """out[j] (bytes, requantized) or words[j] (int32, wrapped) = ``_finish`` of acc[j] + b over one output plane:
-    a function of its own on views, one loop a mode, so that each vectorizes (inlined into ``part``'s loops it
-    stayed scalar: 32 x 16x16 took 43 us)."""
-    if requant:
-        for j in range(acc.size):
-            _finish(out, j, np.float64(acc[j]) + b, True, s1, s, y_scale, y_zero, lo, hi)
-    else:
-        for j in range(acc.size):
-            _finish(words, j, np.float64(acc[j]) + b, False, s1, 1.0, y_scale, y_zero, lo, hi)
+def _emit_rows(acc, step, count, width, out, words, b, s, requant, s1, y_scale, y_zero, lo, hi):
+    """out[r * width + j] (bytes, requantized) or words[r * width + j] (int32, wrapped) = ``_finish`` of
+    acc[r * step + j] + b for r < count, j < width: one output plane straight into place from sums ``step``
+    apart a row (the flat taps' rows; staged and copied a row at a time, 32 x 16x16 spent a third of its time in
+    the copies). A function of its own on views, one loop a mode, so that each vectorizes (inlined into
+    ``part``'s loops it stayed scalar: 32 x 16x16 took 43 us)."""
+    for r in range(count):
+        src, dst = U(r * step), U(r * width)
+        if requant:
+            for j in range(U(width)):
+                _finish(out, dst + j, np.float64(acc[src + j]) + b, True, s1, s, y_scale, y_zero, lo, hi)
+        else:
+            for j in range(U(width)):
+                _finish(words, dst + j, np.float64(acc[src + j]) + b, False, s1, 1.0, y_scale, y_zero, lo, hi)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _parallel(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, stage, nparts):
+def _parallel(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, nparts):
     for p in prange(nparts):
-        part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch[p], stage[p], p, nparts)
+        part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch[p], p, nparts)
 
 
 def run(x: np.ndarray, wc: np.ndarray, out: np.ndarray, geo: np.ndarray, bias: np.ndarray, s1: float,
         s2: np.ndarray, y_scale: float, y_zero: float, lo: float, hi: float, scratch: np.ndarray,
-        stage: np.ndarray, nparts: int) -> None:
+        nparts: int) -> None:
     """The whole depthwise product into ``out`` (C-contiguous NCHW; int32, uint8 or int8) from ``x`` (C-contiguous
-    NCHW uint8 or int8); ``scratch`` [nparts, 2 * scratch_size] int32, ``stage`` [nparts, scratch_size] of the
-    output's dtype. Everything goes to the kernel as bytes: one compiled signature."""
+    NCHW uint8 or int8); ``scratch`` [nparts, 2 * scratch_size] int32. Everything goes to the kernel as bytes: one
+    compiled signature."""
     x = x.reshape(-1).view(np.uint8)
-    out, stage = out.reshape(-1).view(np.uint8), stage.view(np.uint8)
+    out = out.reshape(-1).view(np.uint8)
     if nparts > 1:
-        _parallel(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, stage, nparts)
+        _parallel(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, nparts)
     else:
-        part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch[0], stage[0], 0, 1)
+        part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch[0], 0, 1)
 
 
 def compile_for(out_dtype: np.dtype, nparts: int) -> str:
@@ -202,8 +219,7 @@ def compile_for(out_dtype: np.dtype, nparts: int) -> str:
                          0, 0, MODE_REQUANT if requant else qgemm.MODE_INT32, False, nparts)
     size = scratch_size(geo)
     run(np.ones(1, np.uint8), np.ones((1, 1), np.int32), np.zeros(1, out_dtype), geo, np.zeros(0), 1.0,
-        np.ones(1), 1.0, 0.0, 0.0, 255.0, np.zeros((nparts, 2 * size), np.int32), np.zeros((nparts, size), out_dtype),
-        nparts)
+        np.ones(1), 1.0, 0.0, 0.0, 255.0, np.zeros((nparts, 2 * size), np.int32), nparts)
     return "qdw"
 
 

@@ -167,9 +167,9 @@ class QuantizedProductImpl(StepImpl):
                              nparts=nparts)
         wc = np.ascontiguousarray(centered.reshape(channels, -1), np.int32)
         size = qdw.scratch_size(geo)
-        work = [((nparts, 2 * size), np.dtype(np.int32)), ((nparts, size), np.dtype(out_dtype))]
+        work = [((nparts, 2 * size), np.dtype(np.int32))]
         args = (V(ctx.inputs[self.ports.x]), wc, V(ctx.outputs[0]), geo, bias, s1, s2, y_scale, y_zero, lo, hi,
-                W(0), W(1), nparts)
+                W(0), nparts)
         native = [Call(qdw.run, args)]
         note = f"integer product, depthwise int32 kernel, {nparts} part(s)"
         return Bound(fallback_calls(ctx), mode="native", workspace=work, note=note,
