@@ -117,6 +117,7 @@ def test_kernels_equal_the_references_exactly(rng):
             np.testing.assert_array_equal(got[name], want, err_msg=name)
     stats = plan.stats()
     text = str(stats)
+    assert " 0 failed" in text, text   # every kernel compiled: no fallback gave the equal results
     assert text.count("integer product") == len(cases) - 1, text
     assert "2 part(s)" in text, text               # qc_parallel ran in parts
     assert "not a constant" in text, text          # mi_runtime_b on the reference, with the reason
@@ -216,6 +217,7 @@ def test_vnni_products_equal_the_references_exactly(rng):
             assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
             np.testing.assert_array_equal(got[name], want, err_msg=name)
     text = str(plan.stats())
+    assert " 0 failed" in text, text
     if qpanel.available():
         assert text.count("VNNI int8 kernel") == len(cases), text
         # v_mm_rowterm, v_mi_signed, v_ci_1x1_rowterm, v_qc_uint8_w: W - zb does not fit a signed byte
@@ -275,6 +277,7 @@ def test_depthwise_equals_the_references_exactly(rng):
                 assert got[name].dtype == want.dtype and got[name].shape == want.shape, name
                 np.testing.assert_array_equal(got[name], want, err_msg=name)
         text = str(plan.stats())
+        assert " 0 failed" in text, text
         assert text.count("depthwise int32 kernel") == len(cases), text
     assert "depthwise int32 kernel, 2 part(s)" in text, text   # dw_parallel: 1.3M multiply-adds
 
