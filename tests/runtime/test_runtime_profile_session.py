@@ -97,11 +97,13 @@ def test_inference_session_mirrors_onnxruntime(tmp_path, rng):
     np.testing.assert_allclose(from_bytes.run(None, {"x": x})[0], ref, rtol=1e-5, atol=1e-6)
 
 
-def test_num_threads_governs_numba_and_blas_during_a_run_only(rng):
+def test_num_threads_governs_numba_and_blas_during_a_run_only(rng, monkeypatch):
     """A run sets Numba's count on its thread and BLAS to one thread (parts run inside Numba's pool), and gives
     the caller's numpy its BLAS count back afterwards, nested and concurrent runs included."""
     numba = pytest.importorskip("numba")
     from tlc.kernels import blas
+
+    monkeypatch.setattr(threads.Placement, "contended", lambda self, n: False)   # whatever else the machine runs
 
     if not blas.AVAILABLE:
         pytest.skip(f"numpy's BLAS not governable here: {blas.REASON}")
@@ -147,12 +149,20 @@ def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
     assert team.workers and me not in team.workers and set(team.workers) <= tasks
     assert all(cpus == before - during for cpus in held.values())
     assert all(os.sched_getaffinity(tid) == before for tid in team.workers)   # let go after the run too
+    import numba
+
     monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: True)
+    monkeypatch.setattr(place, "_sample", None)         # look again now
     gov._long = True
     token = gov.enter()
     assert os.sched_getaffinity(0) == before
     assert all(os.sched_getaffinity(tid) == before for tid in team.workers)
+    assert numba.get_num_threads() == 1                 # the parts run in turn on the caller
     gov.exit(token)
+    monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: False)
+    monkeypatch.setattr(place, "_sample", None)
+    gov.exit(gov.enter())
+    assert numba.get_num_threads() == 2
 
 
 def test_planner_never_writes_in_place_over_a_view_still_read():

@@ -15,6 +15,8 @@ thread made models slower. Now:
   enough not to burn a core after a run. tlc sets it before Numba starts its pool, unless the user set
   ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``;
 - Numba's thread count is per calling thread; each run sets it to the plan's ``num_threads``;
+- where other processes keep busy the CPUs a run's workers need (``Placement.contended``: /proc/stat, looked at
+  every ``LOOK_S``), the run's parallel steps run their parts in turn on the calling thread;
 - during a run of a plan with threads (one that took at least ``PLACE_MIN_S`` last time), the calling thread is
   held on the CPU it is on and its OpenMP workers on the other CPUs it may use (``Placement``). Without it, a
   worker woken after an idle gap is placed on the caller's CPU by the scheduler (wake-affine) and the two share
@@ -179,6 +181,13 @@ class Placement:
         self._sample = (now, busy_s, ours)
         return self._contended
 
+    def contended(self, threads: int) -> bool:
+        """Whether other processes keep busy the CPUs a run of ``threads`` would need (``_busy_elsewhere``; the
+        last look's answer until ``LOOK_S`` has passed: a clock read a run)."""
+        if self._sample is not None and time.monotonic() - self._sample[0] < LOOK_S:
+            return self._contended
+        return self._busy_elsewhere(os.sched_getaffinity(0), threads)
+
     def enter(self, threads: int) -> None:
         team = self._team(threads)
         team.depth += 1
@@ -257,8 +266,14 @@ class Governor:
             if self.threads > 1:
                 place = placement()
                 self._place = place if place.enabled else None
-        if self._get() != self.threads:
-            self._set(self.threads)
+        threads = self.threads
+        if self._place is not None and self._place.contended(threads):
+            # other processes hold the CPUs our workers would run on: the parts run in turn on this thread (a
+            # part's worker waiting for a CPU held the run up a time slice: qdq_convnet b8 at 2 threads, a test
+            # suite on the other core, 4.9 ms a run against 0.21)
+            threads = 1
+        if self._get() != threads:
+            self._set(threads)
         token = None
         if self._place is not None:   # runs at one thread (or unplaceable) keep no timings
             self._runs += 1
