@@ -26,9 +26,10 @@ import models  # noqa: E402  (tools/ is not a package)
 
 import tlc  # noqa: E402
 from tlc.kernels import lib_conv, lib_conv_nhwc, lib_pool  # noqa: E402
-from tlc.passes.layout_cost import TARGETS, ConvShape, conv_ns  # noqa: E402
+from tlc.passes.layout_cost import ConvShape, conv_ns  # noqa: E402
 from tlc.runtime import threads  # noqa: E402
 from tlc.runtime.impl import spatial_window  # noqa: E402
+from tlc.targets import CPU  # noqa: E402
 
 MODELS = ["resnet50", "shufflenet", "squeezenet", "inception_v1", "inception_v2"]
 
@@ -138,7 +139,8 @@ def _fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 
 def fit(rounds: int) -> dict[str, float]:
-    """The constants of ``layout_cost.TargetCosts`` measured on this machine (ns)."""
+    """The constants of ``tlc.targets.TargetCosts`` measured on this machine (ns); the CPU target's are in
+    ``tlc/targets/cpu.py``."""
     rng = np.random.default_rng(0)
     n = 1 << 20
     src = rng.standard_normal(2 * n, dtype=np.float32)
@@ -265,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                 total["nchw"] += count * med[nchw]
                 total["nhwc"] += count * med[nhwc]
                 total["t"] += count * (med["t_in"] + med["t_out"])
-                m_nchw, m_nhwc = (v / 1e6 for v in conv_ns(TARGETS["cpu"], model_shape(key)))
+                m_nchw, m_nhwc = (v / 1e6 for v in conv_ns(CPU.costs, model_shape(key)))
                 total["model_nchw"] += count * m_nchw
                 total["model_nhwc"] += count * m_nhwc
                 print(f"| {describe(key)} | {count} | {med[nchw]:.3f} | {med[nhwc]:.3f} | {m_nchw:.3f} | "

@@ -17,7 +17,8 @@ import tlc
 from tlc.ops.layout_ops import NCHW_TO_NHWC, NHWC_TO_NCHW
 from tlc.passes import PassOptions
 from tlc.passes.layout import LayoutPass, predicted_regions
-from tlc.passes.layout_cost import TARGETS, ConvShape, conv_ns, pool_ns
+from tlc.passes.layout_cost import ConvShape, conv_ns, pool_ns
+from tlc.targets import CPU
 
 CLEANUP = ["fold", "simplify", "dce", "cse"]
 
@@ -57,7 +58,7 @@ def test_model_leaves_a_graph_alone_when_nhwc_would_not_win(rng):
 def test_model_switches_a_region_that_wins(rng):
     g = conv_stack(rng)
     (region,) = predicted_regions(g)
-    assert region.anchors == 6 and region.wins(TARGETS["cpu"])
+    assert region.anchors == 6 and region.wins(CPU.costs)
     out, stats = run_layout(g, rng, exact=True)
     assert stats["regions_nhwc"] == 1 and stats["nodes_nhwc"] == 12 and stats["boundary_transposes"] == 2
     assert ops(out) == ["Transpose"] + ["tlc.ConvNhwc", "Relu"] * 6 + ["Transpose"]
@@ -78,7 +79,7 @@ def test_prefer_nchw_and_targets_without_a_model_change_nothing(rng):
 
 
 def test_cost_model_prefers_nhwc_where_im2col_rows_are_short():
-    t = TARGETS["cpu"]
+    t = CPU.costs
 
     def saving(shape: ConvShape) -> float:
         nchw, nhwc = conv_ns(t, shape)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from ..ir.graph import Graph
+from ..targets import Target, get
 
 
 class StepHook(Protocol):
@@ -32,10 +33,15 @@ class PassOptions:
     opt_level: int = 2
     fast_math: bool = False            # allow rewrites that change rounding (reassociation, ...)
     fold_size_limit: int = 1 << 20     # folded results above this (elements) must be parameters: see fold.py
-    target: str = "cpu"                # what kernels the layout cost model and fusion assume
+    #: the target whose kernels fusion (dtypes, group kinds) and the layout cost model assume: a name or a
+    #: ``tlc.targets.Target``, resolved here to the object
+    target: Target | str = "cpu"
     #: called after every rule application (``StepHook``); the PassManager installs one that calls its
     #: instruments' ``run_after_rule``. Passes that rewrite by rules hand it to ``apply_rules``.
     step_hook: StepHook | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.target = get(self.target)
 
 
 @dataclass

@@ -11,7 +11,9 @@ Three kinds of group, found in this order (a node joins at most one group):
    full shape F or the row shape F[:-1] + (1,). Softmax, layer norm, mean/variance.
 3. ``elementwise``: connected regions of elementwise ops whose outputs all have one shape (inputs broadcast).
 
-The pass asks op traits, never op names. A group is legal only when it is convex (no path leaves the group and
+The pass asks op traits, never op names, and the target (``PassOptions.target``) which kinds of group it runs
+and which dtypes its kernels compute in: values of other dtypes (integers, float16) stay outside groups, bool
+only inside them or as their outputs (masks). A group is legal only when it is convex (no path leaves the group and
 comes back, so outlining it creates no cycle); values a group computes that are needed outside it become
 outputs of the ``tlc.Fused`` node, under their original names, so nothing is lost and graph outputs keep theirs.
 """
@@ -23,10 +25,8 @@ from collections.abc import Iterable
 from ..ir.graph import TLC_DOMAIN, Graph, Node, Value
 from ..ir.types import Shape
 from ..ops import Trait, lookup
+from ..targets import Target
 from .base import Pass, PassResult, register_pass
-
-KERNEL_DTYPES = frozenset({"float32", "float64"})
-INTERNAL_DTYPES = KERNEL_DTYPES | {"bool"}
 
 
 def _static_or_symbolic(shape: Shape | None) -> bool:
@@ -64,14 +64,14 @@ def _value_types_ok(graph: Graph, node: Node, allowed: frozenset[str]) -> bool:
     return all(t is not None and t.dtype in allowed for t in types)
 
 
-def _elementwise(graph: Graph, node: Node) -> bool:
+def _elementwise(graph: Graph, node: Node, target: Target) -> bool:
     opdef = lookup(node.op, node.domain)
     return (opdef is not None and opdef.is_elementwise and node.num_outputs == 1
-            and _value_types_ok(graph, node, INTERNAL_DTYPES)
+            and _value_types_ok(graph, node, target.internal_dtypes)
             and _static_or_symbolic(node.output_types[0].shape))
 
 
-def _last_axis_reduction(graph: Graph, node: Node) -> bool:
+def _last_axis_reduction(graph: Graph, node: Node, target: Target) -> bool:
     """A reduction over the last axis alone, keeping dims (or a row op like Softmax that keeps the shape)."""
     opdef = lookup(node.op, node.domain)
     if opdef is None or not opdef.has(Trait.ROW_REDUCIBLE):
@@ -80,8 +80,8 @@ def _last_axis_reduction(graph: Graph, node: Node) -> bool:
     in_type = graph.type_of(ins[0]) if ins and ins[0] is not None else None
     if in_type is None or not _static_or_symbolic(in_type.shape) or in_type.rank == 0:
         return False
-    if in_type.dtype not in KERNEL_DTYPES or any(t is None or t.dtype not in KERNEL_DTYPES
-                                                 for t in node.output_types[:1]):
+    dtypes = target.dtypes
+    if in_type.dtype not in dtypes or any(t is None or t.dtype not in dtypes for t in node.output_types[:1]):
         return False
     rank = in_type.rank
     attrs = opdef.resolved_attrs(node)
@@ -119,24 +119,28 @@ class FusePass(Pass):
     def run(self, graph: Graph) -> PassResult:
         result = PassResult()
         graph.infer_missing_types()  # groups are chosen by dtype and shape: a graph read from text may lack them
+        target = self.options.target
         part = _Partition(graph)
         groups: list[tuple[str, list[int]]] = []
-        for node in part.order:
-            opdef = lookup(node.op, node.domain)
-            if (opdef is not None and opdef.has(Trait.CONTRACTION) and node.id not in part.group_of
-                    and _value_types_ok(graph, node, KERNEL_DTYPES)):
-                chain = self._epilogue(part, node)
-                if len(chain) > 1:
-                    groups.append(("epilogue", self._claim(part, chain, len(groups))))
-        for node in part.order:
-            if node.id not in part.group_of and _last_axis_reduction(graph, node):
-                full = graph.type_of(graph.inputs_of(node)[0]).shape
-                members = self._grow(part, node, {full, _row_shape(full)})
-                groups.append(("reduction", self._claim(part, members, len(groups))))
-        for node in part.order:
-            if node.id not in part.group_of and _elementwise(graph, node):
-                members = self._grow(part, node, {node.output_types[0].shape})
-                groups.append(("elementwise", self._claim(part, members, len(groups))))
+        if target.fuses("epilogue"):
+            for node in part.order:
+                opdef = lookup(node.op, node.domain)
+                if (opdef is not None and opdef.has(Trait.CONTRACTION) and node.id not in part.group_of
+                        and _value_types_ok(graph, node, target.dtypes)):
+                    chain = self._epilogue(part, node)
+                    if len(chain) > 1:
+                        groups.append(("epilogue", self._claim(part, chain, len(groups))))
+        if target.fuses("reduction"):
+            for node in part.order:
+                if node.id not in part.group_of and _last_axis_reduction(graph, node, target):
+                    full = graph.type_of(graph.inputs_of(node)[0]).shape
+                    members = self._grow(part, node, {full, _row_shape(full)})
+                    groups.append(("reduction", self._claim(part, members, len(groups))))
+        if target.fuses("elementwise"):
+            for node in part.order:
+                if node.id not in part.group_of and _elementwise(graph, node, target):
+                    members = self._grow(part, node, {node.output_types[0].shape})
+                    groups.append(("elementwise", self._claim(part, members, len(groups))))
         for kind, members in groups:
             self._outline(graph, part, kind, members)
             result.count(f"groups_{kind}")
@@ -158,10 +162,10 @@ class FusePass(Pass):
         contraction's output shape, keeping the group convex. The contraction's own result must not be needed
         outside the group: the kernel overwrites it in place.
         """
-        graph = part.graph
+        graph, target = part.graph, self.options.target
         result = root.outputs[0]
         shape = graph.type_of(result).shape
-        if graph.is_output(result) or graph.type_of(result).dtype not in KERNEL_DTYPES:
+        if graph.is_output(result) or graph.type_of(result).dtype not in target.dtypes:
             return [root.id]
         members = {root.id}
         frontier = [root]
@@ -170,8 +174,8 @@ class FusePass(Pass):
             users = sorted({u.id: u for v in node.outputs for u, _ in graph.users(v)}.values(),
                            key=lambda n: part.index[n.id])
             for user in users:
-                if (user.id in members or user.id in part.group_of or not _elementwise(graph, user)
-                        or user.output_types[0].shape != shape or user.output_types[0].dtype not in KERNEL_DTYPES
+                if (user.id in members or user.id in part.group_of or not _elementwise(graph, user, target)
+                        or user.output_types[0].shape != shape or user.output_types[0].dtype not in target.dtypes
                         or not part.convex(members | {user.id})):
                     continue
                 members.add(user.id)
@@ -193,7 +197,7 @@ class FusePass(Pass):
             for cand in sorted(neighbours, key=lambda n: part.index[n.id]):
                 if cand.id in members or cand.id in part.group_of:
                     continue
-                if not self._fits(graph, cand, shapes, reduction):
+                if not self._fits(graph, cand, shapes, reduction, self.options.target):
                     continue
                 if not part.convex(members | {cand.id}):
                     continue
@@ -202,10 +206,10 @@ class FusePass(Pass):
         return members
 
     @staticmethod
-    def _fits(graph: Graph, node: Node, shapes: set[Shape], reduction: bool) -> bool:
-        if _elementwise(graph, node):
+    def _fits(graph: Graph, node: Node, shapes: set[Shape], reduction: bool, target: Target) -> bool:
+        if _elementwise(graph, node, target):
             return node.output_types[0].shape in shapes
-        if reduction and _last_axis_reduction(graph, node):
+        if reduction and _last_axis_reduction(graph, node, target):
             return graph.type_of(graph.inputs_of(node)[0]).shape in shapes
         return False
 

@@ -10,6 +10,7 @@ rewritten only when NHWC wins by the model's margin; otherwise the graph is left
 transpose rules (``rules/transpose.py``, run by the rewrite engine) cancel, compose, fold and sink what
 transposes there are.
 
+The constants come from the target (``PassOptions.target.costs``); a target without them gets no layout changes.
 ``prefer`` (a constructor argument) overrides the model: ``"nhwc"`` rewrites every region, ``"nchw"`` none.
 """
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from ..ir.graph import TLC_DOMAIN, Graph, Node, Value
 from ..ops import Trait, lookup
 from ..ops.layout_ops import AXIS_OPS, NCHW_TO_NHWC, NHWC_TO_NCHW, twin_of
+from ..targets import Target, get
 from . import layout_cost
 from .base import Pass, PassOptions, PassResult, register_pass
 from .layout_transpose import permute_constant, simplify_transposes, transposes_for_free
@@ -235,7 +237,7 @@ class LayoutPass(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         result = PassResult()
-        costs = layout_cost.TARGETS.get(self.options.target)
+        costs = self.options.target.costs
         if costs is not None and self.prefer != "nchw":
             for region in find_regions(graph, costs):
                 self.current_node = region.nodes[0].name
@@ -252,9 +254,9 @@ class LayoutPass(Pass):
         return result
 
 
-def predicted_regions(graph: Graph, target: str = "cpu") -> list[Region]:
+def predicted_regions(graph: Graph, target: str | Target = "cpu") -> list[Region]:
     """The regions of ``graph`` and the cost model's numbers for them (for reports and tests)."""
-    costs = layout_cost.TARGETS.get(target)
+    costs = get(target).costs
     return [] if costs is None else find_regions(graph, costs)
 
 

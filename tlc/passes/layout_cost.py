@@ -5,9 +5,10 @@ without importing them (passes never import kernels): both layouts run the same 
 changes is the memory traffic around it. numpy copies a strided view run by run, and a run costs ``run_ns`` on
 top of ``elem_ns`` per element; NCHW's im2col copies runs of ``Wo`` values (7 in the last ResNet stage) where
 NHWC's copies runs of ``kw * C`` (thousands). A transpose costs per element, more in the NHWC -> NCHW
-direction (a gather over C-strided elements). The constants below were fitted on the 2-core Xeon of FACTS.md
-with ``tools/layout_bench.py --fit`` (medians of 21 interleaved runs); that script also prints the model's
-prediction beside every measured conv of the light models.
+direction (a gather over C-strided elements). Each target declares its constants (``Target.costs``, a
+``TargetCosts``; the CPU's in ``tlc/targets/cpu.py``, fitted on the 2-core Xeon of FACTS.md with
+``tools/layout_bench.py --fit``, medians of 21 interleaved runs); that script also prints the model's prediction
+beside every measured conv of the light models. A target without costs gets no layout changes.
 
 The model is deliberately simple and its use conservative: the pass switches a region only when the predicted
 saving beats a margin (``TargetCosts.min_gain_us`` and ``rel_margin`` of the region's NCHW time). What it
@@ -27,41 +28,13 @@ machine was too loaded for 2-thread timings to mean anything):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..ir.graph import Graph, Node
 from ..ir.types import TensorType
 from ..ops import Trait, lookup
 from ..ops.layout_ops import AXIS_OPS, twin_of
-
-
-@dataclass(frozen=True)
-class TargetCosts:
-    """Measured constants of one target's kernels (ns unless named otherwise)."""
-
-    elem_ns: float           # per element of a contiguous copy (numpy copyto of a view)
-    run_ns: float            # per contiguous run of such a copy (numpy's inner-loop call)
-    strided_elem_ns: float   # per element when the inner axis is strided (stride-2 windows, 1x1/2 subsampling)
-    ufunc_elem_ns: float     # per element of a two-operand ufunc pass (depthwise and pool taps)
-    gemm_gflops: float       # BLAS rate (float32); the same in both layouts, it sets the relative margin
-    dw_direct_ns: float      # per multiply-add of the direct Numba depthwise kernel (NCHW)
-    to_nhwc_ns: float        # per element of Transpose NCHW -> NHWC
-    to_nchw_ns: float        # per element of Transpose NHWC -> NCHW
-    min_gain_us: float       # a region switches only when it saves at least this much ...
-    rel_margin: float        # ... and this fraction of its predicted NCHW time
-
-
-#: target -> constants; a target not listed here gets no layout changes (the pass leaves graphs alone).
-TARGETS: dict[str, TargetCosts] = {
-    # fitted 1 and 2 threads (``--fit``): copies 0.090/0.096 ns per element + 6.9/7.1 ns per run, strided 0.24,
-    # ufunc 0.51/0.47 (0.33 in max pooling's taps), GEMM 88 GFLOP/s on 1 thread (2 threads were contended),
-    # direct depthwise 1.17/0.61 ns per multiply-add, transposes 0.70 (to NHWC) and 3.2 (to NCHW) ns per element.
-    # Where the thread count changes a constant, the one that favours NCHW is kept: the slow GEMM (a larger NCHW
-    # total makes the relative margin harder to meet) and the 2-thread depthwise kernel (NHWC's taps: 1 thread).
-    "cpu": TargetCosts(elem_ns=0.09, run_ns=7.0, strided_elem_ns=0.24, ufunc_elem_ns=0.45, gemm_gflops=88.0,
-                       dw_direct_ns=0.61, to_nhwc_ns=0.7, to_nchw_ns=3.2, min_gain_us=500.0, rel_margin=0.06),
-}
+from ..targets import TargetCosts
 
 
 class ConvShape(NamedTuple):
