@@ -41,7 +41,7 @@ def test_cuda_elementwise_matches_reference(kcache, dtype):
     kernel = compile_group(
         body, "elementwise", [TensorType(dtype, ("N", 8)), TensorType(dtype, (8,))], target="cuda", cache=kcache
     )
-    assert kernel.target == "cuda" and "cuda.grid(1)" in kernel.source and "cl.tanh_" in kernel.source
+    assert kernel.target.name == "cuda" and "cuda.grid(1)" in kernel.source and "cl.tanh_" in kernel.source
     rng = np.random.default_rng(0)
     x = random_array(rng, (5, 8), dtype)
     x[0, 0] = np.nan
@@ -72,10 +72,10 @@ def test_cuda_refuses_reductions(kcache):
 
 def test_a_numba_cuda_that_cannot_compile_with_this_numpy_is_a_named_error(monkeypatch):
     """numba-cuda 0.30.4 on numpy 2.5 fails at the first launch of any kernel (its array typing registers
-    np.row_stack, which numpy 2.5 removed): on a device, CudaKernel says so before compiling anything."""
+    np.row_stack, which numpy 2.5 removed): on a device, the cuda target's check says so before compiling anything."""
     import importlib
 
-    from tlc.kernels import cuda as kcuda
+    from tlc.targets import cuda as kcuda
 
     real = importlib.import_module
 

@@ -12,7 +12,7 @@ from kernel_helpers import compile_for, random_array
 from tlc.errors import CompileError
 from tlc.ir import Graph, TensorType
 from tlc.kernels import KernelOptions, compile_group, epilogue_inputs, gemm, panel, split_epilogue
-from tlc.kernels.cpu import Contraction
+from tlc.kernels.common import Contraction
 from tlc.kernels.epilogue import EpilogueKernel
 from tlc.kernels.plan import build_plan, typed_body
 from tlc.reference import run_graph

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import ast
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 
 from . import emit as M
+from .common import Variant, product, split_index, total, unsigned
 from .layout import Layout
 from .plan import KernelPlan, Reduce, ScalarOp, row_length_var
-from .render import CPU_LIBRARY, ExprRenderer
+from .render import LIBM, SUFFIX, ExprRenderer, Library
 from .schedule import RowSchedule, schedule_rows
 
 BLOCK = 4096  # elements of the innermost dim per elementwise task
@@ -31,30 +31,21 @@ STAGE_BLOCK = 256  # elements per sub-block of a staged elementwise loop (its sc
 GENERATOR_VERSION = 1  # bump when the calling convention changes (it is part of every cache key)
 
 
-@dataclass(frozen=True)
-class Contraction:
-    """The library routine an epilogue module calls for its contraction, in parts (see ``tlc.kernels.gemm``).
-
-    Its part function is called ``module.part(c0, .., c{before-1}, acc, x0, .., x{after-1}, p, nparts)`` and
-    returns the flat range [lo, hi) of ``acc`` it wrote; ``prepare`` (optional) is called
-    ``module.prepare(c0, .., x0, .., p, nprep)`` for every p before any part runs.
-    """
-
-    module: str  # a dotted module path of tlc's own (never a string from a model)
-    part: str
-    before: int
-    after: int
-    prepare: str | None = None
+def _cpu_function(name: str, dtype: str) -> str | None:
+    """The CPU's functions: mathlib's vectorizable ones, numpy's (Numba's libm calls) for the rest."""
+    if name in ("exp", "log", "tanh", "erf", "sigmoid"):
+        return f"ml.{name}_{SUFFIX[dtype]}"
+    if name == "pow":  # float32: vectorizable, via float64; float64: libm pow through the ** operator
+        return "ml.pow_f32" if dtype == "float32" else None
+    if name in ("sqrt", "sin", "cos", "floor", "ceil", "rint", "fmod"):
+        return f"np.{name}"
+    if name in LIBM:
+        return LIBM[name]
+    return f"ml.{name}"
 
 
-@dataclass(frozen=True)
-class Variant:
-    """What one generated module is specialised on besides the plan."""
-
-    layout: Layout
-    fast_math: bool = False
-    alias: tuple[int, ...] = ()  # per output: the input it is written into (in-place), or -1
-    contraction: Contraction | None = None  # an epilogue module: the contraction it drives
+#: what CPU kernels call (the CPU target's ``library``)
+CPU_LIBRARY = Library(("math", "numpy as np", "tlc.kernels.mathlib as ml"), _cpu_function)
 
 
 #: rendered sources by (plan fingerprint, variant): resnet50 has 50 epilogue groups of 6 distinct kinds, and each
@@ -169,13 +160,6 @@ def _range_body(plan: KernelPlan, variant: Variant) -> list[ast.stmt]:
     return stmts
 
 
-def unsigned(index: ast.expr) -> ast.expr:
-    """An array index Numba takes as unsigned, so it emits no negative-index wraparound: that select hides the
-    address from LLVM's dependence analysis, and an in-place loop (load and store on one array) stays scalar.
-    """
-    return M.call("np.uint64", index)
-
-
 def _alias(variant: Variant, m: int) -> int:
     return variant.alias[m] if m < len(variant.alias) else -1
 
@@ -183,15 +167,6 @@ def _alias(variant: Variant, m: int) -> int:
 def _out_array(variant: Variant, m: int) -> str:
     a = _alias(variant, m)
     return f"in{a}" if a >= 0 else f"out{m}"
-
-
-def product(names: list[str]) -> ast.expr:
-    if not names:
-        return M.integer(1)
-    node: ast.expr = M.name(names[0])
-    for n in names[1:]:
-        node = M.binop(node, "*", M.name(n))
-    return node
 
 
 def _prologue(layout: Layout, plan: KernelPlan) -> list[ast.stmt]:
@@ -207,20 +182,6 @@ def _prologue(layout: Layout, plan: KernelPlan) -> list[ast.stmt]:
     return stmts
 
 
-def split_index(flat: str, layout: Layout, outer: int) -> list[ast.stmt]:
-    """``i{outer-1}, ..., i0`` from the flat index ``flat`` over dims n0..n{outer-1} (row-major)."""
-    if outer == 0:
-        return []
-    if outer == 1:
-        return [M.assign("i0", M.name(flat))]
-    stmts = [M.assign("rest", M.name(flat))]
-    for d in range(outer - 1, 0, -1):
-        stmts.append(M.assign(f"i{d}", M.binop(M.name("rest"), "%", M.name(f"n{d}"))))
-        stmts.append(M.assign("rest", M.binop(M.name("rest"), "//", M.name(f"n{d}"))))
-    stmts.append(M.assign("i0", M.name("rest")))
-    return stmts
-
-
 def _bases(layout: Layout, outer: int) -> list[ast.stmt]:
     """``b3 = i0 * s3_0 + ...`` for every operand, and ``bo`` for the outputs (over the outer dims)."""
     stmts = []
@@ -231,17 +192,8 @@ def _bases(layout: Layout, outer: int) -> list[ast.stmt]:
     return stmts
 
 
-def total(terms: list[ast.expr]) -> ast.expr:
-    if not terms:
-        return M.integer(0)
-    node = terms[0]
-    for t in terms[1:]:
-        node = M.binop(node, "+", t)
-    return node
-
-
 def _ops(plan: KernelPlan, wanted: set[str] | None = None) -> list[ast.stmt]:
-    renderer = ExprRenderer()
+    renderer = ExprRenderer(CPU_LIBRARY)
     stmts: list[ast.stmt] = []
     for step in plan.steps:
         if isinstance(step, ScalarOp) and (wanted is None or step.target in wanted):
@@ -324,7 +276,7 @@ def _stage_body(
         if layout.flags[k][inner] and var in used:
             body.append(M.assign(var, M.index(f"in{k}", unsigned(M.binop(M.name(f"b{k}"), "+", M.name("j"))))))
     body += [M.assign(v, M.index(f"sc_{v}", unsigned(M.name("jj")))) for v in sorted(reloads & used)]
-    renderer = ExprRenderer()
+    renderer = ExprRenderer(CPU_LIBRARY)
     for op in ops:
         body += renderer.render(op)
     body += [M.store(f"sc_{v}", unsigned(M.name("jj")), M.name(v)) for v in sorted(keeps & defined)]

@@ -16,8 +16,9 @@ import ast
 import numpy as np
 
 from ..errors import CompileError
+from ..targets import CUDA, Target
 from . import emit as M
-from .cpu import Variant, product, split_index, total, unsigned
+from .common import Variant, product, split_index, total, unsigned
 from .kernel import Kernel
 from .plan import KernelPlan, ScalarOp
 from .render import SUFFIX, ExprRenderer, Library
@@ -31,6 +32,7 @@ def _cuda_function(name: str, dtype: str) -> str:
     return f"cl.{name}" if name in _INTEGER_HELPERS else f"cl.{name}_{SUFFIX[dtype]}"
 
 
+#: what CUDA kernels call (the CUDA target's ``library``)
 CUDA_LIBRARY = Library(("math", "numpy as np", "tlc.kernels.cudalib as cl"), _cuda_function)
 
 
@@ -69,50 +71,15 @@ def render_cuda_module(plan: KernelPlan, variant: Variant) -> str:
     return M.module_source(doc, list(CUDA_LIBRARY.imports), [fn], numba_names=("cuda",))
 
 
-def _simulated() -> bool:
-    from numba import config
-
-    return bool(config.ENABLE_CUDASIM)
-
-
-def _check_numba_cuda() -> None:
-    """numba-cuda's array typing, which every kernel compiles with, must import with this numpy: numba-cuda
-    0.30.4 registers ``np.row_stack``, which numpy 2.5 removed, and then fails at the first launch of any kernel
-    (seen on an H200, 2026-11-26; the simulator never imports that module)."""
-    import importlib
-
-    try:
-        importlib.import_module("numba.cuda.np.arrayobj")
-    except ImportError:   # another numba-cuda's layout: nothing known to check
-        return
-    except AttributeError as exc:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            have = version("numba-cuda")
-        except PackageNotFoundError:
-            have = "?"
-        raise CompileError(f"numba-cuda {have} cannot compile kernels with numpy {np.__version__} ({exc}); "
-                           "install a numba-cuda release made for this numpy, or numpy < 2.5") from exc
-
-
 class CudaKernel(Kernel):
     """An elementwise group on a CUDA device (or Numba's simulator): host arrays in, host arrays out."""
 
-    def __init__(self, plan: KernelPlan, options, cache):
-        try:
-            from numba import cuda
-        except ImportError as exc:  # numba-cuda is an optional dependency
-            raise CompileError(f"the cuda target needs the numba-cuda package: {exc}") from exc
-        if not cuda.is_available():
-            raise CompileError("the cuda target needs a CUDA device (or NUMBA_ENABLE_CUDASIM=1)")
-        if not _simulated():
-            _check_numba_cuda()
-        self._cuda = cuda
-        super().__init__(plan, options, cache, target="cuda")
+    def __init__(self, plan: KernelPlan, options, cache, target: Target = CUDA, alias: tuple[int, ...] | None = None):
+        # ``alias`` is not used: inputs are copied to the device, so no variant computes in place
+        super().__init__(plan, options, cache, target=target)   # checks numba-cuda and a device (target.require)
+        from numba import cuda
 
-    def _render(self, variant: Variant) -> str:
-        return render_cuda_module(self.plan, variant)
+        self._cuda = cuda
 
     def _build(self, module, variant: Variant) -> bool:
         return False  # cuda.jit compiles on the first launch

@@ -24,8 +24,9 @@ from ..errors import CompileError
 from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import Trait, opdef_of
+from ..targets import CPU
 from .cache import KernelCache
-from .cpu import Contraction, Variant
+from .common import Contraction, Variant
 from .kernel import Kernel, KernelOptions
 from .plan import KernelPlan
 
@@ -190,7 +191,7 @@ class EpilogueKernel(Kernel):
         self.contraction = contraction
         self.contraction_types = tuple(contraction_types)
         self.parallel = parallel
-        super().__init__(plan, options, cache, "cpu", alias=alias)
+        super().__init__(plan, options, cache, CPU, alias=alias)
         self.kind = "epilogue"
         module = next(iter(self._variants.values()))
         self.function = module.run_parallel if parallel else module.run_serial

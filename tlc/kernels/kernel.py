@@ -22,8 +22,9 @@ from numba.core.errors import NumbaError
 from ..errors import CompileError, DTypeMismatchError, ShapeMismatchError
 from ..ir.graph import Graph
 from ..ir.types import TensorType
+from ..targets import CPU, Target, find, names
 from .cache import KernelCache, default_cache
-from .cpu import Variant, render_module
+from .common import Variant
 from .layout import Layout, concrete_layout, make_layout
 from .plan import KernelPlan, ScalarOp, build_plan, typed_body
 
@@ -38,18 +39,23 @@ class KernelOptions:
 
 
 class Kernel:
-    """A compiled fused group: ``kernel(inputs, outputs)`` writes every output in place."""
+    """A compiled fused group: ``kernel(inputs, outputs)`` writes every output in place.
+
+    The CPU's kernel class (a subclass overrides the target's part: compiling and launching a module); the
+    source of each variant comes from ``target``'s renderer."""
 
     def __init__(
         self,
         plan: KernelPlan,
         options: KernelOptions,
         cache: KernelCache,
-        target: str = "cpu",
+        target: Target = CPU,
         alias: tuple[int, ...] | None = None,
     ):
         """Compile the variant the caller will run first: in place per ``alias`` (output m written into input
-        ``alias[m]``, -1: its own array), the parallel function when the body's static shape is large enough."""
+        ``alias[m]``, -1: its own array), the parallel function when the body's static shape is large enough.
+        A target whose kernels cannot run here raises its named error first (``Target.require``)."""
+        target.require()
         self.plan = plan
         self.kind = plan.kind
         self.target = target
@@ -74,7 +80,8 @@ class Kernel:
         self.name = f"{self.kind}_{module.__tlc_key__[:12]}"
 
     def __repr__(self) -> str:
-        return f"<Kernel {self.name} ({self.target}, {len(self._variants)} variant(s), cache_hit={self.cache_hit})>"
+        return (f"<Kernel {self.name} ({self.target.name}, {len(self._variants)} variant(s), "
+                f"cache_hit={self.cache_hit})>")
 
     # ------------------------------------------------------------------ compilation
     def _compile(self, variant: Variant):
@@ -111,7 +118,7 @@ class Kernel:
         return Variant(self.layout, self.options.fast_math, alias)
 
     def _render(self, variant: Variant) -> str:
-        return render_module(self.plan, variant)
+        return self.target.render(self.plan, variant)
 
     def _build(self, module, variant: Variant) -> bool:
         """Compile the function the static size picks (the other one on first use); True when Numba's cache
@@ -344,31 +351,32 @@ def compile_group(
     kind: str,
     input_types: Sequence[TensorType],
     *,
-    target: str = "cpu",
+    target: str | Target = "cpu",
     options: KernelOptions | None = None,
     cache: KernelCache | None = None,
     alias: tuple[int, ...] | None = None,
 ) -> Kernel:
     """Compile a ``tlc.Fused`` group's body for ``input_types`` (CompileError with a reason if it cannot).
 
-    ``alias`` (elementwise groups): the in-place pattern the caller will run first (see ``Kernel``), so that is
-    the variant compiled now."""
+    ``target`` (a name or a ``tlc.targets.Target``) gives the kernel class and renderer, and says which kinds it
+    renders. ``alias`` (elementwise groups): the in-place pattern the caller will run first (see ``Kernel``), so
+    that is the variant compiled now."""
     options = options or KernelOptions()
-    if target not in ("cpu", "cuda"):
-        raise CompileError(f"target {target!r} is not supported by compile_group (supported: 'cpu', 'cuda')")
+    found = find(target) if isinstance(target, str) else target
+    if found is None or found.kernel is None:
+        supported = ", ".join(repr(n) for n in names() if find(n).kernel is not None)
+        raise CompileError(f"target {target!r} is not supported by compile_group (supported: {supported})")
+    target = found
     if len(input_types) != len(body.inputs):
         raise CompileError(f"the body has {len(body.inputs)} inputs but {len(input_types)} input types were given")
     cache = cache or default_cache()
-    if target == "cuda":
-        from .cuda import CudaKernel
-
-        if kind != "elementwise":
-            raise CompileError(f"the cuda target compiles elementwise groups only, not {kind!r} groups")
-        return CudaKernel(build_plan(typed_body(body, list(input_types)), kind), options, cache)
-    if kind == "epilogue":
+    if kind == "epilogue" and target.fuses(kind) and not target.renders(kind):
         raise CompileError(
             "an epilogue group is compiled from its parts: split_epilogue(body), then an EpilogueKernel of the "
             "elementwise part driving a library contraction (the runtime does this per input shape)"
         )
+    if not target.renders(kind):
+        raise CompileError(f"the {target.name} target compiles {' and '.join(target.rendered_kinds)} groups only, "
+                           f"not groups of kind {kind!r}")
     typed = typed_body(body, list(input_types))
-    return Kernel(build_plan(typed, kind), options, cache, target, alias=alias)
+    return target.resolve("kernel")(build_plan(typed, kind), options, cache, target=target, alias=alias)

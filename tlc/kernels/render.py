@@ -24,10 +24,11 @@ from ..ops import expr as E
 from . import emit as M
 from .plan import ScalarOp
 
-#: libm functions with no vectorizable version in mathlib (yet): numpy's, which Numba compiles to libm calls
-_LIBM = {"tan": "np.tan", "atan": "np.arctan", "asin": "np.arcsin", "acos": "np.arccos", "sinh": "np.sinh",
+#: libm functions with no vectorizable version in mathlib (yet), and numpy's spelling of each, which Numba
+#: compiles to a libm call (the CPU's library calls these; every library must name them)
+LIBM = {"tan": "np.tan", "atan": "np.arctan", "asin": "np.arcsin", "acos": "np.arccos", "sinh": "np.sinh",
          "cosh": "np.cosh", "asinh": "np.arcsinh", "acosh": "np.arccosh", "atanh": "np.arctanh"}
-FLOAT_ONLY = frozenset({"sqrt", "exp", "log", "tanh", "erf", "sin", "cos"}) | frozenset(_LIBM)
+FLOAT_ONLY = frozenset({"sqrt", "exp", "log", "tanh", "erf", "sin", "cos"}) | frozenset(LIBM)
 INTEGER_ONLY = E.BITWISE
 SUFFIX = {"float32": "f32", "float64": "f64"}
 
@@ -46,21 +47,6 @@ class Library:
     function: Callable[[str, str], str | None]
 
 
-def _cpu_function(name: str, dtype: str) -> str | None:
-    if name in ("exp", "log", "tanh", "erf", "sigmoid"):
-        return f"ml.{name}_{SUFFIX[dtype]}"
-    if name == "pow":  # float32: vectorizable, via float64; float64: libm pow through the ** operator
-        return "ml.pow_f32" if dtype == "float32" else None
-    if name in ("sqrt", "sin", "cos", "floor", "ceil", "rint", "fmod"):
-        return f"np.{name}"
-    if name in _LIBM:
-        return _LIBM[name]
-    return f"ml.{name}"
-
-
-CPU_LIBRARY = Library(("math", "numpy as np", "tlc.kernels.mathlib as ml"), _cpu_function)
-
-
 @dataclass
 class Typed:
     """A rendered operand: an expression, its dtype (None: an untyped constant) and the constant's value."""
@@ -73,7 +59,7 @@ class Typed:
 class ExprRenderer:
     """Renders the ScalarOps of a plan; ``render(op)`` returns statements that assign ``op.target``."""
 
-    def __init__(self, library: Library = CPU_LIBRARY) -> None:
+    def __init__(self, library: Library) -> None:
         self.lib = library
         self._stmts: list[ast.stmt] = []
         self._prefix = ""
@@ -285,7 +271,7 @@ _RENDER: dict[str, Draw] = {
     "ceil": _int_or_float(_same, _fn("ceil")),
     "round": _int_or_float(_same, _fn("rint")),
     "sign": _sign,
-    **{name: _fn(name) for name in _LIBM},
+    **{name: _fn(name) for name in LIBM},
     "bitand": lambda v, d, lib: M.binop(v[0], "&", v[1]),
     "bitor": lambda v, d, lib: M.binop(v[0], "|", v[1]),
     "bitxor": lambda v, d, lib: M.binop(v[0], "^", v[1]),

@@ -35,7 +35,7 @@ from ..kernels import (
     split_epilogue,
 )
 from ..kernels import conv as kconv
-from ..kernels.cpu import Contraction
+from ..kernels.common import Contraction
 from ..kernels.epilogue import EpilogueKernel
 from ..kernels.plan import SUPPORTED_DTYPES, build_plan, typed_body
 from ..ops import opdef_of

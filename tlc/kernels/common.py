@@ -1,0 +1,79 @@
+"""What every renderer shares: the ``Variant`` a generated module is specialised on, and the index arithmetic
+of a layout's collapsed space (products and sums of dims, a flat index split into per-dim indices, unsigned
+array indices), drawn as ``ast`` through ``emit``. Target-neutral: the CPU and CUDA renderers both import it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from . import emit as M
+from .layout import Layout
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """The library routine an epilogue module calls for its contraction, in parts (see ``tlc.kernels.gemm``).
+
+    Its part function is called ``module.part(c0, .., c{before-1}, acc, x0, .., x{after-1}, p, nparts)`` and
+    returns the flat range [lo, hi) of ``acc`` it wrote; ``prepare`` (optional) is called
+    ``module.prepare(c0, .., x0, .., p, nprep)`` for every p before any part runs.
+    """
+
+    module: str  # a dotted module path of tlc's own (never a string from a model)
+    part: str
+    before: int
+    after: int
+    prepare: str | None = None
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What one generated module is specialised on besides the plan."""
+
+    layout: Layout
+    fast_math: bool = False
+    alias: tuple[int, ...] = ()  # per output: the input it is written into (in-place), or -1
+    contraction: Contraction | None = None  # an epilogue module: the contraction it drives
+
+
+def unsigned(index: ast.expr) -> ast.expr:
+    """An array index Numba takes as unsigned, so it emits no negative-index wraparound: that select hides the
+    address from LLVM's dependence analysis, and an in-place loop (load and store on one array) stays scalar.
+    """
+    return M.call("np.uint64", index)
+
+
+def product(names: list[str]) -> ast.expr:
+    """``n0 * n1 * ...`` of the named variables (1 for none)."""
+    if not names:
+        return M.integer(1)
+    node: ast.expr = M.name(names[0])
+    for n in names[1:]:
+        node = M.binop(node, "*", M.name(n))
+    return node
+
+
+def split_index(flat: str, layout: Layout, outer: int) -> list[ast.stmt]:
+    """``i{outer-1}, ..., i0`` from the flat index ``flat`` over dims n0..n{outer-1} (row-major)."""
+    if outer == 0:
+        return []
+    if outer == 1:
+        return [M.assign("i0", M.name(flat))]
+    stmts = [M.assign("rest", M.name(flat))]
+    for d in range(outer - 1, 0, -1):
+        stmts.append(M.assign(f"i{d}", M.binop(M.name("rest"), "%", M.name(f"n{d}"))))
+        stmts.append(M.assign("rest", M.binop(M.name("rest"), "//", M.name(f"n{d}"))))
+    stmts.append(M.assign("i0", M.name("rest")))
+    return stmts
+
+
+def total(terms: list[ast.expr]) -> ast.expr:
+    """``t0 + t1 + ...`` of the terms (0 for none)."""
+    if not terms:
+        return M.integer(0)
+    node = terms[0]
+    for t in terms[1:]:
+        node = M.binop(node, "+", t)
+    return node
