@@ -33,18 +33,27 @@ from .ir.graph import DEFAULT_OPSET, Graph
 from .ir.types import ONNX_TYPE_CODES, dtype_name
 from .runtime import Plan
 from .runtime import compile as compile_plan
+from .targets import Target, all_targets
 
 Executor = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
-#: Device types tlc can run on. CUDA joins once the runtime has a CUDA target behind ``_executor``.
-SUPPORTED_DEVICES = frozenset({DeviceType.CPU})
 #: How ``prepare`` runs a model: "compiled" (``tlc.compile``, then ``Plan.run``) or "reference".
 EXECUTORS = ("compiled", "reference")
 
 
+def _device_target(device: str) -> Target | None:
+    """The target a device name ("CPU", "CUDA:0") runs on: the first registered target of that ``Target.device``
+    that the runtime can run (CUDA joins once the runtime has an op table for it); None for any other."""
+    try:
+        kind = Device(device).type
+    except (AttributeError, ValueError):  # an unknown device name
+        return None
+    return next((t for t in all_targets() if t.runs_plans and getattr(DeviceType, t.device, None) == kind), None)
+
+
 def _executor(graph: Graph, device: str, executor: str = "compiled",
               **compile_options: Any) -> tuple[Executor, Plan | None]:
-    """How a prepared model runs, and its plan: a compiled plan for the CPU (``compile_options`` go to
+    """How a prepared model runs, and its plan: a compiled plan for the device's target (``compile_options`` go to
     ``tlc.compile``; default -O2, eager JIT) or, with ``executor="reference"``, the reference executor (no plan)."""
     if executor == "reference":
         if compile_options:
@@ -54,7 +63,7 @@ def _executor(graph: Graph, device: str, executor: str = "compiled",
     if executor != "compiled":
         raise BackendError(f"unknown executor {executor!r}; expected one of {', '.join(EXECUTORS)}")
     compile_options.setdefault("jit", "eager")   # a backend runs each model a few times: kernels first
-    plan = compile_plan(graph, target="cpu", **compile_options)
+    plan = compile_plan(graph, target=_device_target(device), **compile_options)
     return plan.run, plan
 
 
@@ -96,10 +105,7 @@ class TlcBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        try:
-            return Device(device).type in SUPPORTED_DEVICES
-        except (AttributeError, ValueError):  # an unknown device name
-            return False
+        return _device_target(device) is not None
 
     @classmethod
     def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
@@ -121,7 +127,8 @@ class TlcBackend(Backend):
         ``tlc.compile`` (``opt_level=2``, ``jit="eager"``, ``num_threads``, ``cache_dir``, ...).
         """
         if not cls.supports_device(device):
-            raise BackendError(f"tlc cannot run on device {device!r}; supported: CPU")
+            devices = sorted({t.device for t in all_targets() if t.runs_plans})
+            raise BackendError(f"tlc cannot run on device {device!r}; supported: {', '.join(devices)}")
         if isinstance(model, bytes):
             model = onnx.load_from_string(model)
         elif isinstance(model, (str, os.PathLike)):

@@ -9,14 +9,16 @@ from ..errors import BackendError
 from ..ir.graph import Graph
 from ..passes.manager import optimize as run_pipeline
 from ..passes.report import PassReport
+from ..targets import Target
 from .options import CompileOptions
 from .plan import Plan
 
 
-def compile(graph: Graph | str | os.PathLike, target: str = "cpu", opt_level: int = 2, jit: str = "auto",
+def compile(graph: Graph | str | os.PathLike, target: str | Target = "cpu", opt_level: int = 2, jit: str = "auto",
             num_threads: int | None = None, passes: str | list[str] | None = None, fast_math: bool = False,
             hot_threshold: int = 5, cache_dir: str | None = None, **options: object) -> Plan:
-    """Compile ``graph`` (or a model file) for ``target``; the caller's graph is never changed.
+    """Compile ``graph`` (or a model file) for ``target`` (a name, "cpu", or a ``tlc.targets.Target`` whose runtime
+    op table exists); the caller's graph is never changed.
 
     ``jit``: "auto" compiles native kernels on a background thread while the plan runs their fallbacks, "eager"
     compiles every kernel now, "lazy" once the plan has run ``hot_threshold`` times, "off" never (numpy and
@@ -36,8 +38,8 @@ def compile(graph: Graph | str | os.PathLike, target: str = "cpu", opt_level: in
 
 def compile_with_options(graph: Graph, options: CompileOptions) -> Plan:
     """``compile`` with the options already gathered in one object."""
-    if options.target != "cpu":
-        raise BackendError(f"target {options.target!r} is not supported by the runtime yet; use target='cpu'")
+    if not options.target.runs_plans:
+        raise BackendError(f"target {options.target.name!r} is not supported by the runtime yet; use target='cpu'")
     start = time.perf_counter()
     optimized, report = optimize(graph, options)
     passes_ms = (time.perf_counter() - start) * 1e3

@@ -44,8 +44,6 @@ from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 from .library import ConvNhwcImpl, expression_calls
 from .options import CompileOptions
 
-#: dtypes a one-op elementwise step compiles a kernel for (the fuse pass groups the same)
-KERNEL_DTYPES = frozenset({"float32", "float64", "bool"})
 _CACHES: dict[str, KernelCache] = {}
 _CACHES_LOCK = threading.Lock()
 
@@ -108,7 +106,7 @@ def kernel_request(ctx: BindContext, body: Graph, kind: str, in_types: list[Tens
     plan's alias (elementwise kernels) decides the variant unless ``fixed_alias`` does."""
     in_shapes = [tuple(t.shape) for t in in_types]
     out_shapes = [tuple(t.shape) for t in ctx.out_types]
-    options, cache = kernel_options(ctx), kernel_cache(ctx)
+    options, cache, target = kernel_options(ctx), kernel_cache(ctx), ctx.options.target
 
     def variant(alias):
         if kind != "elementwise":
@@ -117,7 +115,7 @@ def kernel_request(ctx: BindContext, body: Graph, kind: str, in_types: list[Tens
 
     def build(alias):
         a = variant(alias)
-        kernel = compile_group(body, kind, in_types, options=options, cache=cache, alias=a)
+        kernel = compile_group(body, kind, in_types, target=target, options=options, cache=cache, alias=a)
         kernel.entry_point = kernel.entry(in_shapes, out_shapes, a)
         return kernel
 
@@ -183,7 +181,8 @@ class ElementwiseImpl(StepImpl):
             raise NotNative(f"inputs of different types ({', '.join(sorted(numeric))}): the reference computes them")
         if not dtypes <= SUPPORTED_DTYPES:   # float16, strings: the reference
             raise NotNative(f"no kernel for dtypes {', '.join(sorted(dtypes - SUPPORTED_DTYPES))}")
-        if not dtypes <= KERNEL_DTYPES:   # integer arithmetic: numpy has its semantics (and no compile)
+        # the target's kernel dtypes, as the fuse pass groups them; integer arithmetic: numpy has its semantics
+        if not dtypes <= ctx.options.target.internal_dtypes:
             return Bound(expression_calls(ctx), note="numpy from the op's scalar expression")
         bound = kernel_step(ctx, body, "elementwise", "one-op elementwise kernel", expression_calls(ctx))
         if bound.request is None:

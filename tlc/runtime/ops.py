@@ -1,4 +1,5 @@
-"""How each op runs on the CPU: one table, qualified op name -> implementation, read when a graph is lowered.
+"""How each op runs on the CPU: one table, qualified op name -> implementation, read when a graph is lowered
+(through the target: ``tlc.targets.cpu`` names ``CPU_OPS`` as its ``ops``).
 
 The table is the only place that names ops in the runtime. An op it does not list runs as a one-op generated
 kernel when it is elementwise (its scalar expression comes from the registry, so a newly registered elementwise
@@ -45,7 +46,7 @@ def _reduce(op: str) -> Factory:
 
 _view = _single_output(lambda attrs: lib.ViewImpl())
 
-#: qualified op name -> factory(resolved attrs, node, options) -> StepImpl
+#: qualified op name -> factory(resolved attrs, node, options) -> StepImpl (the CPU target's op table)
 CPU_OPS: dict[str, Factory] = {
     f"{TLC_DOMAIN}.Fused": _fused,
     "MatMul": _single_output(lambda attrs: native.ProductImpl("MatMul", attrs)),
@@ -88,9 +89,10 @@ CPU_OPS: dict[str, Factory] = {
 
 
 def choose(node: Node, options: CompileOptions) -> StepImpl:
-    """The implementation of ``node`` on the CPU (see the module docstring)."""
+    """The implementation of ``node`` from the target's op table (``CPU_OPS`` for the CPU; see the module
+    docstring)."""
     attrs = opdef_attrs(node)
-    factory = CPU_OPS.get(node.qualified_op)
+    factory = options.target.op_table().get(node.qualified_op)
     reason = f"no native kernel for {node.qualified_op}"
     if factory is not None:
         try:

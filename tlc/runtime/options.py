@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BackendError, TlcError
+from ..errors import TlcError
+from ..targets import Target, get
 
-TARGETS = ("cpu", "cuda")
 JIT_MODES = ("auto", "eager", "lazy", "off")
 
 
@@ -26,10 +26,11 @@ class CompileOptions:
     the reference) until each arrives (from a warm cache in milliseconds); "eager" compiles every kernel in
     ``compile()``; "lazy" starts compiling once a plan has run ``hot_threshold`` times; "off" runs numpy and
     reference steps only. ``num_threads`` (None = all cores) is the size of the one pool (Numba's) that runs
-    every parallel step; BLAS runs single-threaded inside it.
+    every parallel step; BLAS runs single-threaded inside it. ``target``: a name or a ``tlc.targets.Target``,
+    resolved here to the object (an unknown name is a ``BackendError`` naming the known ones).
     """
 
-    target: str = "cpu"
+    target: Target | str = "cpu"
     opt_level: int = 2
     jit: str = "auto"
     num_threads: int | None = None
@@ -40,8 +41,7 @@ class CompileOptions:
     max_specializations: int = 8     # input-shape signatures whose plans are kept (LRU)
 
     def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise BackendError(f"unknown target {self.target!r}; expected one of {', '.join(TARGETS)}")
+        object.__setattr__(self, "target", get(self.target))
         if self.jit not in JIT_MODES:
             raise TlcError(f"jit must be one of {', '.join(JIT_MODES)}; got {self.jit!r}")
         if not (isinstance(self.opt_level, int) and 0 <= self.opt_level <= 3):

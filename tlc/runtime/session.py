@@ -2,8 +2,8 @@
 
 ``get_inputs()``/``get_outputs()`` give objects with ``name``, ``shape`` (ints, symbolic dims as strings,
 unknown dims as None) and ``type`` (onnxruntime's "tensor(float)" strings); ``run(output_names, feeds)``
-returns a list of arrays. ``get_providers()`` names onnxruntime's providers for the target, so code written
-for onnxruntime runs unchanged.
+returns a list of arrays. ``get_providers()`` names the target's onnxruntime provider (``Target.provider``), and
+``providers=[...]`` picks the target whose provider comes first, so code written for onnxruntime runs unchanged.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import numpy as np
 from ..errors import BackendError, InputError
 from ..ir.graph import Graph
 from ..ir.types import OptionalType, SequenceType, ValueType
+from ..targets import Target, all_targets, get
 from .compiler import compile
 from .plan import Plan
 
 _ORT_TYPE = {"float32": "float", "float64": "double"}
-PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
 def ort_type(dtype: str) -> str:
@@ -79,21 +79,23 @@ def _load(model: Graph | str | os.PathLike | bytes) -> Graph:
     return load(model)
 
 
-def _target(target: str, providers: Sequence[Any] | None) -> str:
+def _target(target: str | Target, providers: Sequence[Any] | None) -> Target:
+    """``target``, or the target of the first of ``providers`` (names, or (name, options) pairs) tlc knows."""
     if not providers:
-        return target
+        return get(target)
     names = [p[0] if isinstance(p, (tuple, list)) else p for p in providers]
     for name in names:
-        for tgt, provider in PROVIDERS.items():
-            if name == provider:
-                return tgt
-    raise BackendError(f"none of the providers {names} is available; tlc offers {list(PROVIDERS.values())}")
+        for known in all_targets():
+            if name == known.provider:
+                return known
+    raise BackendError(f"none of the providers {names} is available; tlc offers "
+                       f"{[known.provider for known in all_targets()]}")
 
 
 class InferenceSession:
     """A compiled model behind onnxruntime's ``InferenceSession`` interface."""
 
-    def __init__(self, path_or_model: Graph | str | os.PathLike | bytes, target: str = "cpu",
+    def __init__(self, path_or_model: Graph | str | os.PathLike | bytes, target: str | Target = "cpu",
                  opt_level: int = 2, providers: Sequence[Any] | None = None, **compile_options: Any):
         self._graph = _load(path_or_model)
         self._target = _target(target, providers)
@@ -110,7 +112,7 @@ class InferenceSession:
         return [NodeArg.of(name, t) for name, t in self._plan.outputs]
 
     def get_providers(self) -> list[str]:
-        return [PROVIDERS[self._target]]
+        return [self._target.provider]
 
     def get_modelmeta(self) -> ModelMetadata:
         g = self._graph
