@@ -7,7 +7,8 @@ wrapped in its numpy scalar type so that Numba's integer widening and float64 li
 arithmetic. Constant integer powers become multiplications; 1 / (1 + exp(-x)) becomes a sigmoid and 1 + tanh(y)
 becomes 2 * sigmoid(2y) (the tanh form of GELU: one exp and one division instead of tanh's three parts).
 Functions (transcendentals, NaN-propagating max/min, C integer division ...) come from the target's
-``Library``: ``tlc.kernels.mathlib`` on the CPU, libdevice and ``tlc.kernels.cudalib`` on CUDA.
+``Library``: ``tlc.kernels.mathlib`` on the CPU (``cpu.CPU_LIBRARY``), libdevice and ``tlc.kernels.cudalib`` on
+CUDA (``cuda.CUDA_LIBRARY``).
 """
 
 from __future__ import annotations
