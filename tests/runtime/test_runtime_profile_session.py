@@ -159,6 +159,7 @@ def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
     assert all(os.sched_getaffinity(tid) == before for tid in team.workers)
     assert numba.get_num_threads() == 1                 # the parts run in turn on the caller
     gov.exit(token)
+    assert numba.get_num_threads() == 2                 # and the count is the plan's again after the run
     monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: False)
     monkeypatch.setattr(place, "_sample", None)
     gov.exit(gov.enter())

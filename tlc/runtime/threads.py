@@ -258,8 +258,9 @@ class Governor:
         # runs since the last timed one (approximate under concurrent runs); the first run is timed
         self._runs = SAMPLE_RUNS - 1
 
-    def enter(self) -> tuple[bool, float] | None:
-        """Begin a run on the calling thread; returns the token ``exit`` takes: (placed, start) for a timed run."""
+    def enter(self) -> tuple[bool, float | None, bool] | None:
+        """Begin a run on the calling thread; returns the token ``exit`` takes: (placed, start of a timed run or
+        None, whether the run's count was lowered) for a timed or contended run, else None."""
         global _depth, _blas_before
         if self._get is None:
             self._get, self._set = _thread_count_functions()
@@ -279,9 +280,12 @@ class Governor:
             self._runs += 1
             if self._long or self._runs >= SAMPLE_RUNS:
                 self._runs = 0
-                if self._long:
+                placed = self._long and threads > 1
+                if placed:
                     self._place.enter(self.threads)
-                token = (self._long, time.perf_counter())
+                token = (placed, time.perf_counter(), threads != self.threads)
+            elif threads != self.threads:
+                token = (False, None, True)
         if self.uses_blas:
             with _lock:
                 if _depth == 0:
@@ -291,14 +295,17 @@ class Governor:
                 _depth += 1
         return token
 
-    def exit(self, token: tuple[bool, float] | None) -> None:
+    def exit(self, token: tuple[bool, float | None, bool] | None) -> None:
         """End the run that ``enter`` began with ``token``."""
         global _depth
         if token is not None:
-            placed, start = token
+            placed, start, lowered = token
             if placed:
                 self._place.exit()
-            self._long = time.perf_counter() - start >= PLACE_MIN_S
+            if start is not None:
+                self._long = time.perf_counter() - start >= PLACE_MIN_S
+            if lowered:   # the thread's count back to the plan's (what a run leaves, as uncontended runs do)
+                self._set(self.threads)
         if self.uses_blas:
             with _lock:
                 _depth -= 1
