@@ -10,6 +10,7 @@ from ._version import __version__ as __version__
 from .errors import (
     BackendError,
     BatchError,
+    ChunkError,
     CompileError,
     DTypeMismatchError,
     ExecutionError,
@@ -32,9 +33,9 @@ from .runtime import CompileOptions, InferenceSession, Plan, PlanStats, Profile,
 # NOTE: tlc.backend (the onnx.backend.base.Backend) is imported on its own: it pulls in onnx.backend.
 
 __all__ = [
-    "BackendError", "BatchError", "CompileError", "CompileOptions", "DTypeMismatchError", "ExecutionError", "Graph",
-    "InferenceSession", "InputError", "InvalidModelError", "Node", "PassError", "PassManager", "PassOptions",
-    "PassReport", "PassResult", "Plan", "PlanStats", "Profile", "ShapeInferenceError", "ShapeMismatchError",
-    "TensorType", "TlcError", "UnsupportedOperatorError", "ValidationError", "Value", "compile", "load",
-    "optimize", "reference", "save",
+    "BackendError", "BatchError", "ChunkError", "CompileError", "CompileOptions", "DTypeMismatchError",
+    "ExecutionError", "Graph", "InferenceSession", "InputError", "InvalidModelError", "Node", "PassError",
+    "PassManager", "PassOptions", "PassReport", "PassResult", "Plan", "PlanStats", "Profile", "ShapeInferenceError",
+    "ShapeMismatchError", "TensorType", "TlcError", "UnsupportedOperatorError", "ValidationError", "Value", "compile",
+    "load", "optimize", "reference", "save",
 ]

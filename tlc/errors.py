@@ -70,6 +70,22 @@ class BackendError(TlcError):
     """A target backend (Numba CPU, CUDA) is unavailable or failed at run time."""
 
 
+class ChunkError(TlcError):
+    """One chunk of a ``tlc.dask`` run was bad or failed: ``chunk`` (its block index along the batch axis),
+    ``rows`` (start, stop), ``reason`` ("dtype", "shape", "nan" or "run") and ``name`` (the input or output)."""
+
+    def __init__(self, message: str, chunk: int = -1, rows: tuple[int, int] = (0, 0), reason: str = "",
+                 name: str = ""):
+        super().__init__(message)
+        self.chunk = chunk
+        self.rows = tuple(rows)
+        self.reason = reason
+        self.name = name
+
+    def __reduce__(self):  # NOTE: crosses processes (Dask workers); the default would drop the fields
+        return (type(self), (str(self), self.chunk, self.rows, self.reason, self.name))
+
+
 __all__ = [
     "TlcError",
     "InvalidModelError",
@@ -84,4 +100,5 @@ __all__ = [
     "ExecutionError",
     "BatchError",
     "BackendError",
+    "ChunkError",
 ]
