@@ -94,6 +94,20 @@ def test_a_model_file_and_a_graph_give_the_same(graph, data, tmp_path):
     assert_same(from_file, {k: v[:3000] for k, v in want.items()})
 
 
+def test_feeds_are_rechunked_to_the_first_batched_ones_and_fixed_ones_go_whole():
+    """x [N, 2, 3] chunked along every axis, z [N, 3] in other row chunks, w [3] as numpy: x's row chunks for all,
+    one chunk along every other axis, w whole to every chunk."""
+    g = tlc.Graph("mixed")
+    x, z, w = g.input("x", "float32", ("N", 2, 3)), g.input("z", "float32", ("N", 3)), g.input("w", "float32", (3,))
+    g.output(g.add_node("Add", [g.add_node("Mul", [x, w]), g.add_node("Unsqueeze", [z, g.constant(
+        np.array([1], np.int64), name="axis")])]), "y")
+    rng = np.random.default_rng(1)
+    xs, zs, ws = (rng.standard_normal(s).astype(np.float32) for s in ((50, 2, 3), (50, 3), (3,)))
+    outs = tdask.run(g, {"x": da.from_array(xs, chunks=(20, 1, 2)), "z": da.from_array(zs, chunks=7), "w": ws})
+    assert outs["y"].chunks == ((20, 20, 10), (2,), (3,))
+    np.testing.assert_array_equal(outs["y"].compute(scheduler="sync"), xs * ws + zs[:, None, :])
+
+
 def test_threads_per_plan_never_oversubscribe(graph, data):
     """Two tasks at once on the threaded scheduler: each plan gets the CPUs over the tasks (>= 1)."""
     x, _ = data

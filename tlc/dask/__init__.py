@@ -211,56 +211,65 @@ def _label(name: str) -> str:
 
 def _build(da: Any, shipped: ShippedModel, arrays: list[Any], ref: tuple[int, ...],
            out_types: list[tuple[str, TensorType]], label: str, keep: bool, fill_value: Any) -> Outputs:
+    """The Dask graph: the model as one key; a Blockwise layer of runs, one task per chunk, given the model, the
+    chunk's place and its feeds (Dask fuses the layers that make the feeds' chunks into it); per output a
+    Blockwise layer picking its block from each run; the errors, valid rows and report the same way."""
+    import dask
+    from dask.array.blockwise import blockwise
     from dask.base import tokenize
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
+    from dask.layers import ArrayValuesDep  # NOTE: how map_blocks hands each task its block_info
 
     token = tokenize(shipped.digest, shipped.nan_policy, keep, shipped.collect, shipped.profile, fill_value,
                      [a.name for a in arrays], ref)
-    model_key, run_name = f"tlc-{label}-model-{token}", f"tlc-{label}-{token}"
-    starts = np.concatenate([[0], np.cumsum(ref)]).tolist()
+    run_name = f"tlc-{label}-{token}"
+    model = dask.delayed(shipped, name=f"tlc-{label}-model-{token}", traverse=False)
+    starts = np.concatenate([[0], np.cumsum(ref)]).astype(int).tolist()
     chunks = [Chunk(i, starts[i], starts[i + 1]) for i in range(len(ref))]
-    layer: dict[Any, Any] = {model_key: shipped}
-    for c in chunks:
-        keys = [(a.name, c.index if f.batched else 0) + (0,) * (a.ndim - 1) if a.ndim else (a.name,)
-                for f, a in zip(shipped.feeds, arrays)]
-        layer[(run_name, c.index)] = (worker.run_chunk, model_key, c, *keys)
-    runs = da.Array(HighLevelGraph.from_collections(run_name, layer, dependencies=arrays), run_name, (ref,),
-                    meta=np.empty((0,), dtype=object))
+    # NOTE: every axis of every feed is in the runs' index (their other axes one chunk each), so that no axis is
+    # contracted: Dask then fuses the Blockwise layers that make the feeds' chunks into the runs' tasks
+    run_ind: tuple[str, ...] = ("i",)
+    args: list[Any] = [model, None, ArrayValuesDep((ref,), {(c.index,): c for c in chunks}), ("i",)]
+    for k, (f, a) in enumerate(zip(shipped.feeds, arrays)):
+        axes = tuple(f"feed{k}.{axis}" for axis in range(1 if f.batched else 0, a.ndim))
+        args += [a, (("i",) if f.batched else ()) + axes]
+        run_ind += axes
+    runs = blockwise(worker.run_chunk, run_ind, *args, name=run_name, dtype=object,
+                     meta=np.empty((0,) * len(run_ind), object), align_arrays=False)
 
-    def per_chunk(name: str, make: Any, chunks_: tuple, dtype: Any) -> Any:
-        blocks = {(name, c.index) + (0,) * (len(chunks_) - 1): make(c) for c in chunks}
-        graph = HighLevelGraph.from_collections(name, blocks, dependencies=[runs])
-        return da.Array(graph, name, chunks_, meta=np.empty((0,) * len(chunks_), dtype=dtype))
+    def per_chunk(name: str, func: Any, rest: tuple[int, ...], dtype: Any, *extra: Any) -> Any:
+        axes = tuple(f"out.{axis}" for axis in range(len(rest)))
+        extras = [x for e in extra for x in (e, None)]
+        return blockwise(func, ("i",) + axes, runs, run_ind, *extras, name=name, dtype=dtype,
+                         meta=np.empty((0,) * (1 + len(rest)), dtype=dtype), new_axes=dict(zip(axes, rest)),
+                         align_arrays=False)
 
     out = Outputs()
     for k, (oname, t) in enumerate(out_types):
         dtype = np_dtype(t.dtype)
         fill = fill_value if fill_value is not None else (np.nan if dtype.kind in "fc" else 0)
         rest = tuple(t.shape[1:])
-        out[oname] = per_chunk(f"tlc-{label}-{_label(oname)}-{k}-{token}",
-                               lambda c, k=k, rest=rest, dtype=dtype, fill=fill:
-                               (worker.pick, (run_name, c.index), k, (c.rows,) + rest, dtype, fill),
-                               (ref,) + tuple((s,) for s in rest), dtype)
+        out[oname] = per_chunk(f"tlc-{label}-{_label(oname)}-{k}-{token}", worker.pick, rest, dtype, k, rest,
+                               dtype, fill)
     out.chunks = tuple(ref)
     if keep:
-        out.valid = per_chunk(f"tlc-{label}-valid-{token}",
-                              lambda c: (worker.valid_rows, (run_name, c.index), c.rows), (ref,), bool)
-        out.errors = _reduce(HighLevelGraph, Delayed, runs, run_name, chunks, f"tlc-{label}-errors-{token}",
-                             worker.error_of, _errors_by_chunk, ())
+        out.valid = per_chunk(f"tlc-{label}-valid-{token}", worker.valid_rows, (), np.dtype(bool))
+        out.errors = _reduce(runs, chunks, f"tlc-{label}-errors-{token}", worker.error_of, _errors_by_chunk)
     if shipped.collect:
-        out.report = _reduce(HighLevelGraph, Delayed, runs, run_name, chunks, f"tlc-{label}-report-{token}",
-                             worker.report_of, merge, ())
+        out.report = _reduce(runs, chunks, f"tlc-{label}-report-{token}", worker.report_of, merge)
     return out
 
 
-def _reduce(hlg: Any, delayed: Any, runs: Any, run_name: str, chunks: list[Chunk], name: str, part: Any,
-            combine: Any, args: tuple) -> Any:
-    """A ``Delayed`` of ``combine(*args, [part(result) per chunk])``: small per-chunk tasks first, so that the
-    reduce never moves a chunk's outputs to one worker."""
-    layer: dict[Any, Any] = {(f"{name}-part", c.index): (part, (run_name, c.index)) for c in chunks}
-    layer[name] = (combine, *args, [(f"{name}-part", c.index) for c in chunks])
-    return delayed(name, hlg.from_collections(name, layer, dependencies=[runs]))
+def _reduce(runs: Any, chunks: list[Chunk], name: str, part: Any, combine: Any) -> Any:
+    """A ``Delayed`` of ``combine([part(run) per chunk])``: small per-chunk tasks first, so that the reduce never
+    moves a chunk's outputs to one worker."""
+    from dask.core import flatten
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    keys = list(flatten(runs.__dask_keys__()))        # one a chunk: the runs' other axes are one chunk each
+    layer: dict[Any, Any] = {(f"{name}-part", c.index): (part, keys[c.index]) for c in chunks}
+    layer[name] = (combine, [(f"{name}-part", c.index) for c in chunks])
+    return Delayed(name, HighLevelGraph.from_collections(name, layer, dependencies=[runs]))
 
 
 def _errors_by_chunk(errors: list[ChunkError | None]) -> dict[int, ChunkError]:

@@ -76,12 +76,14 @@ class Report:
                          f"{w['busy_ms']:>10.1f} {w['runs']:>6} {w['kernels_ready']:>3}/{w['kernels']:<4} "
                          f"{w['cache_hits']:>5} {w['compile_ms']:>10.1f}")
         steps = self.steps()
+        profiled = any(r["runs"] for r in self.records)
         if steps:
             op_width = max([len(s["op"]) for s in steps] + [8])
-            lines.append(f"{'#':>4} {'op':<{op_width}} {'mode':<9} {'calls':>7} {'total ms':>10}   (all workers)")
+            lines.append(f"{'#':>4} {'op':<{op_width}} {'mode':<9} {'calls':>7} {'total ms':>10}   (all workers"
+                         + ("" if profiled else "; run with profile=True for times") + ")")
             for s in steps:
-                lines.append(f"{s['step']:>4} {s['op']:<{op_width}} {s['mode']:<9} {s['calls']:>7} "
-                             f"{s['total_ms']:>10.3f}")
+                ms = f"{s['total_ms']:>10.3f}" if profiled else f"{'-':>10}"
+                lines.append(f"{s['step']:>4} {s['op']:<{op_width}} {s['mode']:<9} {s['calls']:>7} {ms}")
         return "\n".join(lines)
 
     __str__ = table

@@ -203,11 +203,12 @@ def run_chunk(model: ShippedModel, chunk: Chunk, *arrays: Any) -> dict[str, Any]
     except ChunkError as exc:
         if not model.keep_errors:
             raise
-        return {"outputs": None, "error": exc, "report": None}
+        return {"rows": chunk.rows, "outputs": None, "error": exc, "report": None}
     report = None
     if model.collect:
         report = snapshot(plan, chunk, wall0, time.perf_counter_ns() - t0, model.profile)
-    return {"outputs": [outputs[name] for name in model.outputs], "error": None, "report": report}
+    return {"rows": chunk.rows, "outputs": [outputs[name] for name in model.outputs], "error": None,
+            "report": report}
 
 
 def check_chunk(model: ShippedModel, chunk: Chunk, arrays: tuple[Any, ...]) -> dict[str, np.ndarray]:
@@ -251,10 +252,19 @@ def _refuse_nan(a: np.ndarray, where: str, chunk: Chunk, name: str, batched: boo
                      (chunk.start, chunk.stop), "nan", name)
 
 
-def pick(result: dict[str, Any], index: int, shape: tuple[int, ...], dtype: np.dtype, fill: Any) -> np.ndarray:
+def _one(result: Any) -> dict[str, Any]:
+    """A chunk's result, out of the lists Dask wraps it in where the runs have axes the reader has not (each of
+    them one chunk)."""
+    while isinstance(result, list):
+        (result,) = result
+    return result
+
+
+def pick(result: Any, index: int, rest: tuple[int, ...], dtype: np.dtype, fill: Any) -> np.ndarray:
     """Output ``index``'s block of a chunk's result; a failed chunk's rows are ``fill`` (errors="keep")."""
+    result = _one(result)
     if result["outputs"] is None:
-        return np.full(shape, fill, dtype=dtype)
+        return np.full((result["rows"],) + tuple(rest), fill, dtype=dtype)
     return result["outputs"][index]
 
 
@@ -262,8 +272,9 @@ def error_of(result: dict[str, Any]) -> ChunkError | None:
     return result["error"]
 
 
-def valid_rows(result: dict[str, Any], rows: int) -> np.ndarray:
-    return np.full(rows, result["outputs"] is not None, dtype=bool)
+def valid_rows(result: Any) -> np.ndarray:
+    result = _one(result)
+    return np.full(result["rows"], result["outputs"] is not None, dtype=bool)
 
 
 def report_of(result: dict[str, Any]) -> dict[str, Any] | None:
