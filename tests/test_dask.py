@@ -226,6 +226,9 @@ def test_a_worker_lost_mid_run_is_retried_without_wrong_rows(graph, data, client
 
 def test_cluster_keeps_the_finished_chunks_of_a_bad_run(graph, data, client):
     x, want = data
+    with pytest.raises(ChunkError, match=r"^chunk 4 \(rows 34112:64112\), input 'x': expected shape") as info:
+        tdask.run(graph, {"x": with_bad_chunk(x, 4, lambda b: b[:-1])})["label"].compute()
+    assert (info.value.chunk, info.value.reason) == (4, "shape")     # the fields crossed the processes
     outs = tdask.run(graph, {"x": with_bad_chunk(x, 4, lambda b: b[:-1])}, errors="keep")
     res = outs.compute()
     assert list(res.errors) == [4]

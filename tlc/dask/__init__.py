@@ -12,7 +12,9 @@ chunk. Task names read ``tlc-<model>`` (the runs), ``tlc-<model>-<output>`` and 
 
 Inputs whose axis 0 is symbolic in the model ("N") are batched: cut into the first such input's chunks along
 axis 0 (the others are rechunked to match, and every other axis to one chunk); inputs whose axis 0 is fixed go
-whole to every chunk. Every output must have the chunk's rows as its axis 0.
+whole to every chunk. Every output must have the chunk's rows as its axis 0. NOTE: the model must compute each
+row of axis 0 on its own (a batch); a model whose axis 0 is another dim (time, in a sequence-first RNN) would be
+cut along it, which no check here can tell.
 
 Dask itself is imported only when ``run`` is called; without it, ``run`` raises ``BackendError`` saying what to
 install.
