@@ -8,7 +8,8 @@ The graph goes to the workers as data (text IR, its tensors and a dict of compil
 each worker process compiles it once, loading kernels from the on-disk cache, and every later task and thread of
 that process runs the same plan (``worker.py``). One task per chunk runs the model; each output is a Dask array
 whose blocks are picked from those tasks' results, so computing several outputs together runs the model once per
-chunk. Task names read ``tlc-<model>`` (the runs), ``tlc-<model>-<output>`` and so on in Dask's dashboard.
+chunk. Task names read ``tlc-<model>`` (the runs), ``tlc-<model>-<output>`` and so on in Dask's dashboard
+(where Dask fuses a lone output's picks into the runs: ``tlc-<model>-tlc-<model>-<output>``).
 
 Inputs whose axis 0 is symbolic in the model ("N") are batched: cut into the first such input's chunks along
 axis 0 (the others are rechunked to match, and every other axis to one chunk); inputs whose axis 0 is fixed go

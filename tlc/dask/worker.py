@@ -27,7 +27,7 @@ from ..ir.text import parse_graph, print_graph
 from ..ir.types import np_dtype
 from ..runtime import CompileOptions, Plan, compile_with_options
 
-#: plans kept per process (LRU): one per (model, options, thread count)
+#: plans kept per process (the newest): one per (model, options, thread count)
 MAX_PLANS = 8
 NAN_POLICIES = ("propagate", "raise")
 
