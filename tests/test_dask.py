@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tlc
-from tlc.errors import ChunkError, DTypeMismatchError, InputError, ShapeInferenceError
+from tlc.errors import BatchError, ChunkError, DTypeMismatchError, InputError
 
 dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
@@ -155,9 +155,13 @@ def test_run_refuses_what_cannot_be_mapped_before_computing(graph, data):
     g = tlc.Graph("total")
     axes = g.constant(np.array([0], np.int64), name="axes")
     g.output(g.add_node("ReduceSum", [g.input("x", "float32", ("N", 16)), axes], keepdims=0), "s")
-    with pytest.raises(ShapeInferenceError, match=r"output 's' is float32\[16\] for a chunk of 1000 rows; "
-                                                  r".*every output must have the chunk's rows as its axis 0"):
+    with pytest.raises(BatchError, match=r"output 's' is float32\[16\] for a chunk of 1000 rows; "
+                                         r".*every output must have the chunk's rows as its axis 0"):
         tdask.run(g, {"x": da.from_array(x, chunks=1000)})
+    g = tlc.Graph("pairs")
+    g.output(g.add_node("MatMul", [g.input("x", "float32", ("N", "N")), g.input("y", "float32", ("N", 16))]), "z")
+    with pytest.raises(BatchError, match=r"the batch dim also sizes a later axis of input 'x'"):
+        tdask.run(g, {"x": da.zeros((100, 100), chunks=10, dtype=np.float32), "y": da.from_array(x[:100], 10)})
 
 
 def test_without_dask_run_says_what_to_install(graph, monkeypatch):

@@ -31,14 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (
-    BackendError,
-    ChunkError,
-    DTypeMismatchError,
-    InputError,
-    ShapeInferenceError,
-    ShapeMismatchError,
-)
+from ..errors import BackendError, BatchError, ChunkError, DTypeMismatchError, InputError, ShapeMismatchError
 from ..ir.graph import Graph
 from ..ir.types import TensorType, dtype_name, np_dtype
 from ..runtime import CompileOptions
@@ -167,9 +160,15 @@ def _feeds(graph: Graph, feeds: Mapping[str, Any], da: Any) -> tuple[list[Feed],
         arrays.append(a)
     lengths = {f.name: a.shape[0] for f, a in zip(specs, arrays) if f.batched}
     if not lengths:
-        raise InputError(f"no input has a symbolic batch axis (axis 0) to cut into chunks; inputs: {expected}")
+        raise BatchError(f"no input has a symbolic batch axis (axis 0) to cut into chunks; inputs: {expected}")
     if len(set(lengths.values())) > 1:
-        raise ShapeMismatchError(f"batched inputs differ in rows: {lengths}")
+        raise BatchError(f"the batched inputs differ in rows: {lengths}")
+    batch_dims = {types[f.name].shape[0] for f in specs if f.batched}
+    for f in specs:
+        later = types[f.name].shape[1 if f.batched else 0:]
+        if any(isinstance(d, str) and d in batch_dims for d in later):
+            raise BatchError(f"the batch dim also sizes a later axis of input {f.name!r} ({types[f.name]}): its "
+                             f"rows are not independent, so tlc.dask cannot cut them into chunks")
     ref = next(a for f, a in zip(specs, arrays) if f.batched).chunks[0]
     return specs, [_rechunked(a, ref if f.batched else None) for f, a in zip(specs, arrays)]
 
@@ -195,14 +194,14 @@ def _output_types(graph: Graph, specs: list[Feed], arrays: list[Any], ref: tuple
             t = g.type_of(value)
             where = f"output {out!r} is {t} for a chunk of {rows} rows"
             if not isinstance(t, TensorType) or t.shape is None or not all(isinstance(d, int) for d in t.shape):
-                raise ShapeInferenceError(f"{where}; tlc.dask.run needs outputs of static shape per chunk")
+                raise BatchError(f"{where}; tlc.dask.run needs outputs of static shape per chunk")
             if not t.shape or t.shape[0] != rows:
-                raise ShapeInferenceError(f"{where}; tlc.dask.run maps the model over row chunks, so every "
-                                          f"output must have the chunk's rows as its axis 0")
+                raise BatchError(f"{where}; tlc.dask.run maps the model over row chunks, so every output must "
+                                 f"have the chunk's rows as its axis 0 (a loss or a statistic over the batch?)")
             first = found.setdefault(out, t)
             if first.shape[1:] != t.shape[1:]:
-                raise ShapeInferenceError(f"{where} but {first} for another chunk size; the dims after axis 0 "
-                                          f"must not depend on the rows")
+                raise BatchError(f"{where} but {first} for another chunk size; the dims after axis 0 must not "
+                                 f"depend on the rows")
     return list(found.items())
 
 
