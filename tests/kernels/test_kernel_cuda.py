@@ -87,3 +87,35 @@ def test_a_numba_cuda_that_cannot_compile_with_this_numpy_is_a_named_error(monke
     monkeypatch.setattr(importlib, "import_module", broken)
     with pytest.raises(CompileError, match=r"cannot compile kernels with numpy .*row_stack.*numpy < 2\.5"):
         kcuda._check_numba_cuda()
+
+
+def test_cuda_cache_keys_carry_the_device(kcache, monkeypatch):
+    """A CUDA kernel's cache key holds the target, the device's compute capability and the toolkit's version
+    (the simulator: a mark of its own), so an entry cached on one GPU or toolkit never serves another; CPU keys
+    are as before (no salt)."""
+    from types import SimpleNamespace
+
+    from tlc.targets import cuda as cuda_target
+
+    body = chain("float32")
+    kernel = compile_group(body, "elementwise", [TensorType("float32", ("N", 8)), TensorType("float32", (8,))],
+                           target="cuda", cache=kcache)
+    salt = kernel.target.cache_key_salt()
+    assert salt == "target=cuda;cuda=simulator"
+    assert kernel.name.endswith(kcache.key(kernel.source, salt)[:12])
+    assert kcache.key(kernel.source, salt) != kcache.key(kernel.source)
+    monkeypatch.setattr(cuda_target, "_simulated", lambda: False)
+    monkeypatch.setattr(cuda, "get_current_device", lambda: SimpleNamespace(compute_capability=(9, 0)),
+                        raising=False)
+    monkeypatch.setattr(cuda.runtime, "get_version", lambda: (12, 4), raising=False)
+    assert cuda_target.cache_salt() == "cc=9.0;toolkit=12.4"
+    monkeypatch.setattr(cuda, "get_current_device", lambda: SimpleNamespace(compute_capability=(8, 0)),
+                        raising=False)
+    assert kcache.key(kernel.source, f"target=cuda;{cuda_target.cache_salt()}") != \
+        kcache.key(kernel.source, "target=cuda;cc=9.0;toolkit=12.4")
+
+    def no_device():
+        raise RuntimeError("no device")
+
+    monkeypatch.setattr(cuda, "get_current_device", no_device, raising=False)
+    assert cuda_target.cache_salt() == "cuda=unknown (RuntimeError)"

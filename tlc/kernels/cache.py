@@ -74,10 +74,13 @@ class KernelCache:
         self._scratch: Path | None = None   # where entries go once ``path`` cannot be written
         self.problem: str | None = None     # why kernels are not kept on disk, once that happened
 
-    def key(self, source: str) -> str:
+    def key(self, source: str, salt: str = "") -> str:
+        """The entry's key: a hash of the environment (tlc, Numba, llvmlite, BLAS, the CPU, the runtime sources),
+        ``salt`` (the target's part: ``Target.cache_key_salt``) and the kernel's source."""
         if self._env is None:
             self._env = _environment_digest()
-        return hashlib.sha256((self._env + "\n" + source).encode()).hexdigest()[:40]
+        text = f"{self._env}\n{salt}\n{source}" if salt else f"{self._env}\n{source}"   # (CPU keys as before)
+        return hashlib.sha256(text.encode()).hexdigest()[:40]
 
     def cached(self, key: str) -> ModuleType | None:
         """The module for ``key`` when this process has loaded it already."""

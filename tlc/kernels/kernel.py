@@ -86,7 +86,7 @@ class Kernel:
     # ------------------------------------------------------------------ compilation
     def _compile(self, variant: Variant):
         source = self._render(variant)
-        key = self._cache.key(source)
+        key = self._cache.key(source, self.target.cache_key_salt())
         hit = self._cache.cached(key) is not None
         for attempt in range(2):
             module = self._cache.load(key, source)

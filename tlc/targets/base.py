@@ -68,6 +68,9 @@ class Target:
     library: Hook = None     # the ``tlc.kernels.render.Library`` its generated code calls
     ops: Hook = None         # the runtime's op table (qualified op -> factory); None: the runtime cannot run it
     check: Hook = None       # ``check()`` raises a named error (CompileError) when its kernels cannot run here
+    #: ``cache_salt()`` -> str: what its compiled code depends on beyond the kernel's source and the host (a GPU's
+    #: compute capability and toolkit version); part of every kernel cache key of the target
+    cache_salt: Hook = None
 
     def __post_init__(self) -> None:
         if self.memory not in ("host", "device"):
@@ -104,7 +107,8 @@ class Target:
 
     # ------------------------------------------------------------------ hooks, resolved on first use
     def resolve(self, hook: str) -> Any:
-        """The object behind hook ``hook`` ("kernel", "renderer", "library", "ops", "check"), or None."""
+        """The object behind hook ``hook`` ("kernel", "renderer", "library", "ops", "check", "cache_salt"), or
+        None."""
         value = getattr(self, hook)
         return _load(value) if isinstance(value, str) else value
 
@@ -118,6 +122,13 @@ class Target:
         if table is None:
             raise BackendError(f"target {self.name!r} is not supported by the runtime yet; use target='cpu'")
         return table
+
+    def cache_key_salt(self) -> str:
+        """The target's part of its kernels' cache keys: its name and what ``cache_salt`` says (a GPU's compute
+        capability and toolkit version), so that entries of one device never serve another; "" for a target
+        without the hook (the CPU: its sources and the host are in every key already)."""
+        salt = self.resolve("cache_salt")
+        return "" if salt is None else f"target={self.name};{salt()}"
 
     def require(self) -> None:
         """Raise the target's named error (a ``CompileError`` saying what is missing) when its kernels cannot run

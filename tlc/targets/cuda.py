@@ -53,6 +53,21 @@ def require_cuda() -> None:
         _check_numba_cuda()
 
 
+def cache_salt() -> str:
+    """The device's compute capability and the CUDA toolkit's (driver runtime's) version, or the simulator's
+    mark: kernels cached on one GPU or toolkit are not taken on another."""
+    if _simulated():
+        return "cuda=simulator"
+    try:
+        from numba import cuda
+
+        cc = cuda.get_current_device().compute_capability
+        runtime = cuda.runtime.get_version()
+        return f"cc={cc[0]}.{cc[1]};toolkit={runtime[0]}.{runtime[1]}"
+    except Exception as exc:   # noqa: BLE001 - no device to ask: a key of its own, never a cached GPU's
+        return f"cuda=unknown ({type(exc).__name__})"
+
+
 CUDA = register(Target(
     name="cuda",
     description="Numba CUDA kernels of elementwise groups; host arrays copied to the device per launch",
@@ -68,4 +83,5 @@ CUDA = register(Target(
     library="tlc.kernels.cuda:CUDA_LIBRARY",
     ops=None,
     check=require_cuda,
+    cache_salt=cache_salt,
 ))
