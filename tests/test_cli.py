@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -95,7 +96,9 @@ def test_bad_flag_values_exit_1_and_usage_errors_exit_2(capsys, model, tmp_path)
     out = str(tmp_path / "o.onnx")
     for flags, text in [(["-O5"], "-O 5 is out of range: expected 0 to 3"),
                         (["--max-iterations", "0"], "--max-iterations 0 is out of range"),
-                        (["--skip", "nothing"], "unknown pass to skip 'nothing'")]:
+                        (["--skip", "nothing"], "unknown pass to skip 'nothing'"),
+                        (["--target", "tpu"], "unknown target 'tpu'"),
+                        (["--target", "cuda", "--bench"], "--bench cannot run on target 'cuda'")]:
         code, _, err = run_cli(capsys, model, *flags, "-o", out)
         assert code == 1 and text in one_error_line(err), flags
     for argv in ([model, "--no-such-flag"], [model, "-O", "two"], [model, "-O1", "--passes", "dce"], []):
@@ -185,6 +188,19 @@ def test_stats_counts_fused_groups(capsys, model):
     assert code == 0
     fused = _row(err, "tlc.Fused")
     assert fused[0] == "0" and int(fused[1]) >= 1 and f"fused groups: {fused[1]}" in err
+
+
+def test_target_steers_the_passes(capsys):
+    """--target names the target fusion groups for: the cuda target runs elementwise groups only, so the bundled
+    encoder's softmax and layer norms stay unfused for it."""
+    example = str(Path(tlc.__file__).parent / "examples" / "transformer_small.onnx")
+    lines = {}
+    for target in ("cpu", "cuda"):
+        code, _, err = run_cli(capsys, example, "-O2", "--stats", "--target", target)
+        assert code == 0, err
+        lines[target] = next(line for line in err.splitlines() if line.strip().startswith("fuse:"))
+    assert "groups_reduction=" in lines["cpu"] and "groups_reduction" not in lines["cuda"], lines
+    assert "groups_elementwise=" in lines["cuda"], lines
 
 
 def test_time_passes_and_print_ir_go_to_stderr(capsys, model):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TextIO
 
 from . import io as tlc_io
+from . import targets
 from .errors import InvalidModelError, PassError, TlcError, UnsupportedOperatorError, ValidationError
 from .ir.graph import Graph
 from .ir.text import print_graph
@@ -130,6 +131,9 @@ def _add_io_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_pipeline_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("pipeline")
+    group.add_argument("--target", default="cpu", metavar="NAME",
+                       help=f"the target the passes optimize for and --bench / --run-inputs compile for: "
+                            f"{', '.join(targets.names())} (default cpu; tlc.targets)")
     which = group.add_mutually_exclusive_group()
     which.add_argument("-O", dest="opt_level", type=int, metavar="LEVEL",
                        help="optimization level 0-3 (-O0 nothing ... -O3 everything; default -O2)")
@@ -197,6 +201,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.print_usage(sys.stderr)
         print(f"{PROG}: error: the following arguments are required: INPUT", file=sys.stderr)
         return 2
+    check_target(args)
     out_format = check_outputs(args)
     check_bisect_flags(args)
     check_scoring_flags(args)
@@ -219,6 +224,18 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"{PROG}: {report.nodes_before} -> {report.nodes_after} nodes ({manager}); nothing written "
               f"(use -o FILE or --emit tlc)", file=sys.stderr)
     return 0
+
+
+def check_target(args: argparse.Namespace) -> None:
+    """``--target`` names a registered target, one the runtime runs when the flags run the graph."""
+    if args.target not in targets.names():
+        raise UsageError(f"unknown target {args.target!r}", f"use one of {', '.join(targets.names())}")
+    target = targets.get(args.target)
+    running = [flag for flag, on in (("--bench", args.bench), ("--run-inputs", args.run_inputs)) if on]
+    if running and not target.runs_plans:
+        raise UsageError(f"{' and '.join(running)} cannot run on target {target.name!r}: the runtime does not run "
+                         f"plans for it yet", f"drop {' and '.join(running)} to optimize for {target.name}, or "
+                         f"use --target cpu")
 
 
 def check_bisect_flags(args: argparse.Namespace) -> None:
@@ -272,7 +289,7 @@ def score(args: argparse.Namespace, optimized: Graph, progress: TextIO | bool, e
     from .runtime import compile as compile_plan
     from .runtime.batches import run_file
 
-    plan = compile_plan(optimized, opt_level=0, jit="auto", num_threads=args.threads)
+    plan = compile_plan(optimized, target=args.target, opt_level=0, jit="auto", num_threads=args.threads)
     start, runs = time.perf_counter(), plan.runs
     rows = run_file(plan, args.run_inputs, args.run_outputs, batch_size=args.batch_size, progress=progress)
     seconds = time.perf_counter() - start
@@ -341,7 +358,7 @@ def bench(args: argparse.Namespace, original: Graph, optimized: Graph, err: Text
     print(f"\n{PROG}: compiling the optimized graph ({len(optimized.ops())} ops) ...", file=err, flush=True)
     feeds = random_feeds(original)
     start = time.perf_counter()
-    plan = compile_plan(optimized, opt_level=0, jit="auto", num_threads=args.threads)
+    plan = compile_plan(optimized, target=args.target, opt_level=0, jit="auto", num_threads=args.threads)
     compiled = time.perf_counter()
     plan.run(feeds)
     first = time.perf_counter()
@@ -406,7 +423,7 @@ def make_manager(args: argparse.Namespace, err: TextIO) -> PassManager:
         if value is not None and (value < low or (flag == "-O" and value > MAX_OPT_LEVEL)):
             allowed = f"0 to {MAX_OPT_LEVEL}" if flag == "-O" else f"an integer >= {low}"
             raise UsageError(f"{flag} {value} is out of range: expected {allowed}")
-    options = PassOptions(fast_math=args.fast_math)
+    options = PassOptions(fast_math=args.fast_math, target=args.target)
     if args.fold_size_limit is not None:
         options.fold_size_limit = args.fold_size_limit
     instruments: list[PassInstrument] = []
