@@ -30,6 +30,7 @@ SHAPES = {
     "mm1": ("QLinearMatMul", (1, 768), (768, 3072), {}),
     "mm512": ("QLinearMatMul", (512, 1024), (1024, 1024), {}),
     "dw144": ("QLinearConv", (1, 144, 56, 56), (144, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=144)),
+    "dw144_s2": ("QLinearConv", (1, 144, 56, 56), (144, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=144, strides=[2, 2])),
     # the layers of tools/models.py's qdq_convnet (small planes: per-call costs and narrow outputs)
     "q_stem": ("QLinearConv", (1, 3, 32, 32), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
     "q_s2": ("QLinearConv", (1, 16, 32, 32), (32, 16, 3, 3), dict(pads=[1, 1, 1, 1], strides=[2, 2])),
