@@ -82,6 +82,60 @@ def _load_plane(x, geo, img, c, plane, rows, cols):
 
 
 @njit(cache=True, nogil=True)
+def _load_plane_split(x, geo, img, c, plane, rows, cols):
+    """``_load_plane`` with each row's even columns first, then its odd ones (``half`` = the even ones' count):
+    plane[r, q // 2 + (q % 2) * half], so that a stride-2 conv's taps read unit-stride runs."""
+    h, w = geo[G_H], geo[G_W]
+    ph, pw = geo[G_PH], geo[G_PW]
+    flip = np.int32(128) if geo[G_SIGNED] else np.int32(0)
+    off = np.int32(geo[G_ZX] + (128 if geo[G_SIGNED] else 0))
+    base = img * geo[G_XN] + c * geo[G_XC]
+    half = (cols + 1) // 2
+    for r in range(rows):
+        at = U(r * cols)
+        for q in range(U(cols)):
+            plane[at + q] = 0
+        ih = r - ph
+        if ih < 0 or ih >= h:
+            continue
+        row = U(base + ih * w)
+        for parity in range(2):
+            dst = at + U(parity * half)
+            # plane columns q = 2k + parity inside the image: pw <= q < pw + w
+            k0 = max(0, (pw - parity + 1) // 2)
+            k1 = min((cols - parity + 1) // 2, (pw + w - parity + 1) // 2)
+            if k1 <= k0:
+                continue
+            src = row + U(2 * k0 + parity - pw)
+            n = U(k1 - k0)
+            d0 = dst + U(k0)
+            for k in range(n):
+                plane[d0 + k] = (np.int32(x[src + U(2) * k]) ^ flip) - off
+
+
+@njit(cache=True, nogil=True)
+def _taps_s2_3x3(plane, wc, dh, dw, cols, acc, oh, ow):
+    """A 3x3 of stride 2 over a split plane (``_load_plane_split``): output (r, j)'s tap (a, b) is plane row
+    2r + a dh, column 2j + b dw: in the even or odd half at j + (b dw) // 2, unit stride along j; the nine taps
+    summed in registers into acc[r * ow + j]."""
+    p = plane
+    half = (cols + 1) // 2
+    w0, w1, w2, w3, w4, w5, w6, w7, w8 = wc[0], wc[1], wc[2], wc[3], wc[4], wc[5], wc[6], wc[7], wc[8]
+    c0 = U((0 % 2) * half)
+    c1 = U((dw % 2) * half + dw // 2)
+    c2 = U(((2 * dw) % 2) * half + (2 * dw) // 2)
+    r1, r2 = U(dh * cols), U(2 * dh * cols)
+    for r in range(oh):
+        s0 = U(2 * r * cols)
+        d0 = U(r * ow)
+        for j in range(U(ow)):
+            i = s0 + j
+            acc[d0 + j] = (w0 * p[i + c0] + w1 * p[i + c1] + w2 * p[i + c2] + w3 * p[i + r1 + c0]
+                           + w4 * p[i + r1 + c1] + w5 * p[i + r1 + c2] + w6 * p[i + r2 + c0]
+                           + w7 * p[i + r2 + c1] + w8 * p[i + r2 + c2])
+
+
+@njit(cache=True, nogil=True)
 def _row(plane, start, wc, kh, kw, dh, dw, sw, cols, acc, a0, ow):
     """acc[a0 + j] = sum over taps (a, b) of wc[a * kw + b] * plane[start + a * dh * cols + b * dw + j * sw].
     NOTE: offsets, not slices: a slice in this loop costs a reference count update (NRT calls) per tap."""
@@ -146,16 +200,18 @@ def part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, p, npa
     words = scratch[:0] if requant else out.view(np.int32)
     flat = sh == 1 and sw == 1
     span = (oh_ - 1) * cols + ow
-    # a 3x3 of stride 2: computed at every position of the plane (4x the multiply-adds, in vectors; tap by tap
-    # at stride 2 the loads stayed scalar: 144 x 56x56 / 2 took 372 us, onnxruntime 53)
+    # a 3x3 of stride 2: its plane split into even and odd columns, so its taps read unit-stride runs (tap by tap
+    # at a run-time stride of 2 the loads stayed scalar: 144 x 56x56 / 2 took 372 us, onnxruntime 53)
     s2_flat = kh == 3 and kw == 3 and sh == 2 and sw == 2
-    span2 = (oh_ - 1) * 2 * cols + (ow - 1) * 2 + 1
     last = -1
     for item in range(p, geo[G_N] * channels, nparts):
         img, ch = item // channels, item % channels
         c = ch // mg
         if img * geo[G_G] + c != last:   # the items of a channel multiplier share the plane
-            _load_plane(x, geo, img, c, plane, rows, cols)
+            if s2_flat:
+                _load_plane_split(x, geo, img, c, plane, rows, cols)
+            else:
+                _load_plane(x, geo, img, c, plane, rows, cols)
             last = img * geo[G_G] + c
         b = bias[ch] if bias.size > 0 else 0.0
         s = s2[ch] if geo[G_PERCHAN] else s2[0]
@@ -167,15 +223,9 @@ def part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, p, npa
             else:
                 _taps_flat(plane, weights, kh, kw, dh, dw, cols, acc, span)
             step, count, width = cols, oh_, ow
-        elif s2_flat:   # every position of the plane as a stride-1 3x3, the even rows' even columns kept
-            _taps_flat_3x3(plane, weights, dh, dw, cols, acc, span2)
-            if requant:
-                _emit_rows_s2(acc, 2 * cols, oh_, ow, out[o:o + oh_ * ow], words, b, s, True, s1, y_scale, y_zero,
-                              lo, hi)
-            else:
-                _emit_rows_s2(acc, 2 * cols, oh_, ow, out, words[o:o + oh_ * ow], b, s, False, s1, y_scale, y_zero,
-                              lo, hi)
-            continue
+        elif s2_flat:   # the split plane's unit-stride runs (``_taps_s2_3x3``)
+            _taps_s2_3x3(plane, weights, dh, dw, cols, acc, oh_, ow)
+            step, count, width = oh_ * ow, 1, oh_ * ow
         else:
             for r in range(oh_):
                 _row(plane, r * sh * cols, weights, kh, kw, dh, dw, sw, cols, acc, r * ow, ow)
@@ -185,20 +235,6 @@ def part(x, wc, out, geo, bias, s1, s2, y_scale, y_zero, lo, hi, scratch, p, npa
         else:
             _emit_rows(acc, step, count, width, out, words[o:o + oh_ * ow], b, s, False, s1, y_scale, y_zero, lo,
                        hi)
-
-
-@njit(cache=True, nogil=True)
-def _emit_rows_s2(acc, step, count, width, out, words, b, s, requant, s1, y_scale, y_zero, lo, hi):
-    """``_emit_rows`` of every second sum of a row (a stride-2 conv's outputs among the plane's positions)."""
-    for r in range(count):
-        src, dst = U(r * step), U(r * width)
-        if requant:
-            for j in range(U(width)):
-                _finish(out, dst + j, np.float64(acc[src + U(2) * j]) + b, True, s1, s, y_scale, y_zero, lo, hi)
-        else:
-            for j in range(U(width)):
-                _finish(words, dst + j, np.float64(acc[src + U(2) * j]) + b, False, s1, 1.0, y_scale, y_zero, lo,
-                        hi)
 
 
 @njit(cache=True, nogil=True)
