@@ -121,7 +121,7 @@ def _taps_s2_3x3(plane, wc, dh, dw, cols, acc, oh, ow):
     p = plane
     half = (cols + 1) // 2
     w0, w1, w2, w3, w4, w5, w6, w7, w8 = wc[0], wc[1], wc[2], wc[3], wc[4], wc[5], wc[6], wc[7], wc[8]
-    c0 = U((0 % 2) * half)
+    c0 = U(0)                                   # tap column 0: the even half, at j
     c1 = U((dw % 2) * half + dw // 2)
     c2 = U(((2 * dw) % 2) * half + (2 * dw) // 2)
     r1, r2 = U(dh * cols), U(2 * dh * cols)

@@ -54,9 +54,10 @@ qpanel.ensure()   # the symbol the VNNI items call (compiled code links it by na
 # the VNNI product's fields (``vnni_fields``): A's row length in bytes, C's row length (whole panels), the
 # activation's zero point as an unsigned byte, whether a row term is added, where A's rows are, A's byte xor
 G_KPAD, G_NPAD, G_ZA, G_ROWTERM, G_ROWS, G_AXOR = range(30, 36)
-#: the transposed product's: the phase planes' rows and columns (``_phase_copy``)
-G_PHH, G_PHW = 36, 37
-GEO_SIZE = 38
+#: the transposed product's: the phase planes' rows and columns (``_phase_copy``), whether its one phase plane
+#: is the interleaved input itself (no padding, stride 1, the plane the input's size)
+G_PHH, G_PHW, G_DIRECT = 36, 37, 38
+GEO_SIZE = 39
 #: where the VNNI product finds A's rows: an im2row scratch, the input itself (a MatMul), the channels-last copy
 ROWS_IM2ROW, ROWS_INPUT, ROWS_CHANNELS_LAST = 0, 1, 2
 #: ... or an im2row of every position built before the items, from the NCHW input (``_im2row_planes``: a conv
@@ -299,8 +300,8 @@ def vnni_weights_t(weight: np.ndarray, w_zero: np.ndarray, taps: int, x_dtype: n
     """(weight [G, MG * KPAD] int8, init [G, MG] int32, the activation's zero point as an unsigned byte) of the
     transposed product, or None where the centered weight ``weight - w_zero`` (``weight`` [G, MG, CG * taps] in
     the ONNX order (c, kh, kw)) does not fit a signed byte (a row term: the row-major product handles it). The
-    depth in the order ``_pack_t`` lays A^T out: (tap, channel) with the channels padded to a multiple of 4
-    (zero weights there)."""
+    depth in the order the taps' offsets (``vnni_fields_t``) walk A^T: (tap, channel) with the channels padded
+    to a multiple of 4 (zero weights there)."""
     groups, mg, depth = weight.shape
     cg = depth // taps
     centered = weight.astype(np.int64) - w_zero.astype(np.int64).reshape(groups, mg, 1)
@@ -322,8 +323,8 @@ def vnni_fields_t(geo: np.ndarray, za: int, nparts: int) -> np.ndarray:
     Positions are counted in the phase planes' width ``G_PHW`` (>= OW: the columns past OW are computed and
     dropped), so that a tap's window of every position is one shifted run of a phase plane: position
     (oh, ow) of tap (a, b) reads phase ((a DH) % SH, (b DW) % SW) at row oh + (a DH) // SH, column
-    ow + (b DW) // SW. A slab is ``G_SLABW`` whole output rows (C's rows ``G_NPAD`` long), at least ``nparts``
-    items, A^T's slab within ``VNNI_SLAB_BYTES`` where a row allows."""
+    ow + (b DW) // SW. A slab is ``G_SLABW`` whole output rows (C's rows ``G_NPAD`` long; ``slab_rows``), at
+    least ``nparts`` items."""
     kh, kw, sh, sw, dh, dw = (int(geo[i]) for i in (G_KH, G_KW, G_SH, G_SW, G_DH, G_DW))
     oh, ow, cg = int(geo[G_OH]), int(geo[G_OW]), int(geo[G_CG])
     c4s = -(-cg // 4)
@@ -331,6 +332,8 @@ def vnni_fields_t(geo: np.ndarray, za: int, nparts: int) -> np.ndarray:
     kpad = kh * kw * c4s * 4
     units = int(geo[G_N] * geo[G_G])
     geo[G_KPAD], geo[G_PHH], geo[G_PHW] = kpad, phh, phw
+    geo[G_DIRECT] = int(sh == 1 and sw == 1 and geo[G_PH] == 0 and geo[G_PW] == 0 and phh == geo[G_H]
+                        and phw == geo[G_W])
     rows = slab_rows(oh, phw, int(geo[G_MG]), -(-oh // -(-nparts // units)))
     geo[G_SLABW], geo[G_SLABS] = rows, -(-oh // rows)
     geo[G_NPAD] = -(-rows * phw // qpanel.PANEL) * qpanel.PANEL
@@ -364,7 +367,10 @@ def slab_rows(oh: int, phw: int, mg: int, most: int) -> int:
 
 
 def interleaved_words(geo: np.ndarray) -> int:
-    """Words of the interleaved input (``_interleave``)."""
+    """Words of the interleaved input (``_interleave``); 1 where it goes straight to the phase planes
+    (``G_DIRECT``)."""
+    if geo[G_DIRECT]:
+        return 1
     return int(geo[G_N] * geo[G_G] * geo[G_H] * geo[G_W]) * (-(-int(geo[G_CG]) // 4))
 
 
@@ -550,11 +556,11 @@ def _phase_copy(x, geo, xp, xi):
     """xp[unit, phase, c4, r, c] (uint32) = the word (``_interleave``) of the padded input at row r SH + pr,
     column c SW + pc, phase = pr SW + pc; the zero point's word in the padding. Only the phases some tap reads are
     written. The interleaved input goes to ``xi`` first, or straight to ``xp`` where the one phase plane is the
-    input (no padding, stride 1, the plane the input's size)."""
+    input (``G_DIRECT``)."""
     cg, h, w, kh_, kw_ = geo[G_CG], geo[G_H], geo[G_W], geo[G_KH], geo[G_KW]
     sh, sw, ph, pw, dh, dw = geo[G_SH], geo[G_SW], geo[G_PH], geo[G_PW], geo[G_DH], geo[G_DW]
     phh, phw = geo[G_PHH], geo[G_PHW]
-    if sh == 1 and sw == 1 and ph == 0 and pw == 0 and phh == h and phw == w:
+    if geo[G_DIRECT]:
         _interleave(x, geo, xp)
         return
     _interleave(x, geo, xi)
@@ -807,10 +813,10 @@ def trun(x: np.ndarray, weight: np.ndarray, init: np.ndarray, offsets: np.ndarra
          geo: np.ndarray, bias: np.ndarray, s1: float, s2: np.ndarray, y_scale: float, y_zero: float, lo: float,
          hi: float, cbuf: np.ndarray, xp: np.ndarray, xi: np.ndarray, nparts: int) -> None:
     """A convolution on the transposed VNNI product (``vnni_weights_t``, ``vnni_fields_t``): the input copied
-    once into phase planes of four-channel words (``_phase_copy``; ``xp``: uint32 [``phase_words``], ``xi``: uint32
-    [``interleaved_words``]), then per
-    item C = W' A^T (``tlc_qpanel_t``, A^T read in place at the taps' offsets) and the epilogue into the output's
-    planes (``cbuf``: int32 [nparts, MG * NPAD]). Bytes in and out as uint8, as ``vrun``."""
+    once into phase planes of four-channel words (``_phase_copy``; ``xp``: uint32 [``phase_words``], ``xi``:
+    uint32 [``interleaved_words``]), then per item C = W' A^T (``tlc_qpanel_t``, A^T read in place at the taps'
+    offsets) and the epilogue into the output's planes (``cbuf``: int32 [nparts, MG * NPAD]). Bytes in and out
+    as uint8, as ``vrun``."""
     x = x.reshape(-1).view(np.uint8)
     target = out.reshape(-1)
     if target.dtype == np.int8:
