@@ -42,6 +42,7 @@ class CompiledRunner:
     jit: str = "eager"
     cache_dir: str | None = None      # None: $TLC_CACHE_DIR or the kernel cache's default
     strict_jit: bool = True
+    target: str = "cpu"
     on_plan: Callable[[tlc.Plan], None] | None = dataclasses.field(default=None, compare=False)  # sees each plan
 
     @property
@@ -51,7 +52,8 @@ class CompiledRunner:
     def __call__(self, graph: tlc.Graph) -> Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a failed group warns; strict_jit reports it below
-            plan = tlc.compile(graph, opt_level=self.opt_level, jit=self.jit, cache_dir=self.cache_dir)
+            plan = tlc.compile(graph, opt_level=self.opt_level, jit=self.jit, cache_dir=self.cache_dir,
+                               target=self.target)
         if self.on_plan is not None:
             self.on_plan(plan)
         failed = [job for job in plan.jobs if job.status == "failed"]

@@ -107,10 +107,12 @@ def test_run_node_uses_the_given_opset():
 
 def test_devices_and_compatibility():
     assert tlc.backend.supports_device("CPU")
-    assert not tlc.backend.supports_device("CUDA")  # until tlc has a CUDA target behind the backend
+    assert tlc.backend.supports_device("CUDA")   # the cuda target, under Numba's simulator here
     assert not tlc.backend.supports_device("TPU")
-    with pytest.raises(tlc.BackendError, match="device 'CUDA'"):
-        tlc.backend.prepare(_model(), "CUDA")
+    with pytest.raises(tlc.BackendError, match="device 'TPU'"):
+        tlc.backend.prepare(_model(), "TPU")
+    rep = tlc.backend.prepare(_model(), "CUDA", jit="off")
+    assert rep.plan.options.target.name == "cuda"
     assert tlc.backend.is_compatible(_model())
     unknown = _model()
     unknown.graph.node[1].op_type = "NoSuchOp"

@@ -92,13 +92,28 @@ def test_bad_extensions(capsys, model, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["demo.onnx", "model.txt"]
 
 
-def test_bad_flag_values_exit_1_and_usage_errors_exit_2(capsys, model, tmp_path):
+@pytest.fixture
+def absent_cuda():
+    """The cuda target as on a machine without a device or the simulator, registered as "cuda-absent"."""
+    import dataclasses
+
+    from tlc.targets import CUDA, register, unregister
+
+    def missing():
+        raise tlc.CompileError("the cuda target needs a CUDA device (or NUMBA_ENABLE_CUDASIM=1)")
+
+    yield register(dataclasses.replace(CUDA, name="cuda-absent", check=missing))
+    unregister("cuda-absent")
+
+
+def test_bad_flag_values_exit_1_and_usage_errors_exit_2(capsys, model, tmp_path, absent_cuda):
     out = str(tmp_path / "o.onnx")
     for flags, text in [(["-O5"], "-O 5 is out of range: expected 0 to 3"),
                         (["--max-iterations", "0"], "--max-iterations 0 is out of range"),
                         (["--skip", "nothing"], "unknown pass to skip 'nothing'"),
                         (["--target", "tpu"], "unknown target 'tpu'"),
-                        (["--target", "cuda", "--bench"], "--bench cannot run on target 'cuda'")]:
+                        (["--target", "cuda-absent", "--bench"],
+                         "--bench cannot run on target 'cuda-absent' here: the cuda target needs a CUDA device")]:
         code, _, err = run_cli(capsys, model, *flags, "-o", out)
         assert code == 1 and text in one_error_line(err), flags
     for argv in ([model, "--no-such-flag"], [model, "-O", "two"], [model, "-O1", "--passes", "dce"], []):

@@ -148,11 +148,9 @@ def test_lowering_and_the_session_ask_the_target(half_cpu):
     assert step.mode == "reference" and step.reason == "no native kernel for MatMul"
     with pytest.raises(BackendError, match="target 'cpu-f64' is not supported by the runtime yet"):
         tlc.compile(m, target=dataclasses.replace(half_cpu, ops=None))
-    with pytest.raises(BackendError, match="target 'cuda' is not supported by the runtime yet"):
-        tlc.compile(m, target="cuda")
     sess = tlc.InferenceSession(m, providers=["TestExecutionProvider"], jit="off")
     assert sess.plan.options.target is half_cpu and sess.get_providers() == ["TestExecutionProvider"]
     assert tlc.InferenceSession(m, jit="off").get_providers() == ["CPUExecutionProvider"]
     with pytest.raises(BackendError, match="tlc offers.*'TestExecutionProvider'"):
         tlc.InferenceSession(m, providers=["TPUExecutionProvider"])
-    assert tlc.backend.supports_device("CPU") and not tlc.backend.supports_device("CUDA")
+    assert tlc.backend.supports_device("CPU") and tlc.backend.supports_device("CUDA")   # the simulator's

@@ -43,12 +43,14 @@ EXECUTORS = ("compiled", "reference")
 
 def _device_target(device: str) -> Target | None:
     """The target a device name ("CPU", "CUDA:0") runs on: the first registered target of that ``Target.device``
-    that the runtime can run (CUDA joins once the runtime has an op table for it); None for any other."""
+    that the runtime can run and whose kernels can run here (CUDA: numba-cuda and a device, or the simulator);
+    None for any other."""
     try:
         kind = Device(device).type
     except (AttributeError, ValueError):  # an unknown device name
         return None
-    return next((t for t in all_targets() if t.runs_plans and getattr(DeviceType, t.device, None) == kind), None)
+    return next((t for t in all_targets() if t.runs_plans and getattr(DeviceType, t.device, None) == kind
+                 and t.available()), None)
 
 
 def _executor(graph: Graph, device: str, executor: str = "compiled",

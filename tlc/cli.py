@@ -236,6 +236,13 @@ def check_target(args: argparse.Namespace) -> None:
         raise UsageError(f"{' and '.join(running)} cannot run on target {target.name!r}: the runtime does not run "
                          f"plans for it yet", f"drop {' and '.join(running)} to optimize for {target.name}, or "
                          f"use --target cpu")
+    if running:
+        try:
+            target.require()
+        except TlcError as exc:
+            raise UsageError(f"{' and '.join(running)} cannot run on target {target.name!r} here: {exc}",
+                             f"drop {' and '.join(running)} to optimize for {target.name}, or use --target cpu"
+                             ) from None
 
 
 def check_bisect_flags(args: argparse.Namespace) -> None:

@@ -40,6 +40,7 @@ def compile_with_options(graph: Graph, options: CompileOptions) -> Plan:
     """``compile`` with the options already gathered in one object."""
     if not options.target.runs_plans:
         raise BackendError(f"target {options.target.name!r} is not supported by the runtime yet; use target='cpu'")
+    options.target.require()   # its named error (what is missing: a package, a device) before any work
     start = time.perf_counter()
     optimized, report = optimize(graph, options)
     passes_ms = (time.perf_counter() - start) * 1e3

@@ -21,6 +21,7 @@ from ..ir.types import TensorType, np_dtype
 from ..ops import opdef_of
 from ..ops.window import Window, make_window
 from .bound import Bound, Call, NotNative, V, static_shapes
+from .device import memory_of, on_host
 from .options import CompileOptions
 
 RunNode = Callable[[Node, list], list]
@@ -94,23 +95,31 @@ def reference_outputs(run_node: RunNode, node: Node) -> Callable[..., list]:
     return fn
 
 
-def reference_into(run_node: RunNode, node: Node, num_inputs: int) -> Callable[..., None]:
+def reference_into(run_node: RunNode, node: Node, num_inputs: int, memory=None) -> Callable[..., None]:
     """``fn(*inputs, *outputs)``: the op's reference implementation, its results copied into planned outputs
-    (the fallback of a native step while its kernel compiles, or after it failed to)."""
+    (the fallback of a native step while its kernel compiles, or after it failed to). ``memory``: a device's
+    (``tlc.runtime.device``): the inputs are copied to the host and the results back into the device outputs."""
+    device = memory is not None and memory.device
 
     def fn(*arrays):
-        results = run_node(node, list(arrays[:num_inputs]))
+        ins = list(arrays[:num_inputs])
+        if device:
+            ins = [memory.to_host(a) if memory.is_device_array(a) else a for a in ins]
+        results = run_node(node, ins)
         for out, res in zip(arrays[num_inputs:], results):
             if out.shape != np.shape(res):
                 raise ValueError(f"{node.qualified_op} gave shape {list(np.shape(res))}, planned {list(out.shape)}")
-            np.copyto(out, res)
+            if device:
+                out[...] = memory.to_device(np.asarray(res, out.dtype))
+            else:
+                np.copyto(out, res)
 
     return fn
 
 
 def fallback_calls(ctx: BindContext) -> list[Call]:
     """The reference written into the planned outputs (see ``reference_into``)."""
-    fn = reference_into(ctx.run_node, ctx.node, len(ctx.inputs))
+    fn = reference_into(ctx.run_node, ctx.node, len(ctx.inputs), memory_of(ctx.options.target))
     return [Call(fn, tuple(V(i) for i in ctx.inputs) + tuple(V(o) for o in ctx.outputs))]
 
 
@@ -123,9 +132,12 @@ class ReferenceImpl(StepImpl):
         self.reason = reason
 
     def bind(self, ctx: BindContext) -> Bound:
-        return Bound([Call(reference_outputs(ctx.run_node, ctx.node), tuple(V(i) for i in ctx.inputs),
-                           result=ctx.outputs, unpack=True)], mode="reference", note=self.reason,
-                     writes_outputs=False)
+        fn, note = reference_outputs(ctx.run_node, ctx.node), self.reason
+        memory = memory_of(ctx.options.target)
+        if memory.device:
+            fn, note = on_host(fn, memory), f"{note}; on the host (inputs copied from the device, results back)"
+        return Bound([Call(fn, tuple(V(i) for i in ctx.inputs), result=ctx.outputs, unpack=True)],
+                     mode="reference", note=note, writes_outputs=False)
 
 
 def spatial_window(attrs: dict[str, Any], kernel: tuple[int, ...],

@@ -46,9 +46,13 @@ def _reduce(op: str) -> Factory:
 
 _view = _single_output(lambda attrs: lib.ViewImpl())
 
+#: the key of a table's entry for elementwise ops it does not list by name (their one-op kernels)
+ELEMENTWISE = "<elementwise>"
+
 #: qualified op name -> factory(resolved attrs, node, options) -> StepImpl (the CPU target's op table)
 CPU_OPS: dict[str, Factory] = {
     f"{TLC_DOMAIN}.Fused": _fused,
+    ELEMENTWISE: lambda attrs, node, options: native.ElementwiseImpl(),
     "MatMul": _single_output(lambda attrs: native.ProductImpl("MatMul", attrs)),
     "Gemm": _single_output(lambda attrs: native.ProductImpl("Gemm", attrs)),
     "Conv": _single_output(native.ConvImpl),
@@ -90,17 +94,18 @@ CPU_OPS: dict[str, Factory] = {
 
 def choose(node: Node, options: CompileOptions) -> StepImpl:
     """The implementation of ``node`` from the target's op table (``CPU_OPS`` for the CPU; see the module
-    docstring)."""
+    docstring): its own entry, else (an elementwise op) the table's ``ELEMENTWISE`` entry, else the reference."""
     attrs = opdef_attrs(node)
-    factory = options.target.op_table().get(node.qualified_op)
+    table = options.target.op_table()
+    factory = table.get(node.qualified_op)
+    if factory is None and _elementwise(node):
+        factory = table.get(ELEMENTWISE)
     reason = f"no native kernel for {node.qualified_op}"
     if factory is not None:
         try:
             return factory(attrs, node, options)
         except NotNative as exc:
             reason = str(exc)
-    elif _elementwise(node):
-        return native.ElementwiseImpl()
     return ReferenceImpl(reason)
 
 

@@ -34,7 +34,7 @@ from numba.core.dispatcher import Dispatcher
 from ..ir.types import TensorType
 from ..reference import copy_value
 from .bound import Call, Ref
-from .memory import ALIGN
+from .device import memory_of
 from .specialize import Specialization
 
 _COUNTER = itertools.count()
@@ -49,7 +49,8 @@ class Arena:
 
     def __init__(self, spec: Specialization):
         memory = spec.memory
-        buffers = [_aligned(n) for n in memory.slot_bytes]
+        where = memory_of(spec.options.target)      # host numpy, or a device's buffers
+        buffers = [where.empty(n) for n in memory.slot_bytes]
         self.arrays: dict[tuple, np.ndarray] = {}
         for v, s in memory.placement.items():
             t = spec.types[v]
@@ -64,12 +65,6 @@ class Arena:
                 flat = _view(buffers[slot], int(np.prod(shape, dtype=np.int64)), np.dtype(dtype))
                 self.arrays[("w", t, k)] = flat.reshape(shape)
                 self.arrays[("fw", t, k)] = flat
-
-
-def _aligned(nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + ALIGN, np.uint8)
-    offset = (-raw.ctypes.data) % ALIGN
-    return raw[offset:offset + nbytes]
 
 
 def _view(buffer: np.ndarray, count: int, dtype: np.dtype) -> np.ndarray:
@@ -96,8 +91,13 @@ class Runner:
 class _Writer:
     def __init__(self, spec: Specialization) -> None:
         self.spec = spec
-        self.namespace: dict[str, Any] = {"np_empty": np.empty, "np_copy": np.array, "copy_value": copy_value,
-                                          "clock": time.perf_counter_ns}
+        self.memory = memory_of(spec.options.target)
+        self.device = self.memory.device
+        self.namespace: dict[str, Any] = {"np_empty": self.memory.xp.empty if self.device else np.empty,
+                                          "np_copy": np.array, "copy_value": copy_value,
+                                          "clock": time.perf_counter_ns, "to_dev": self.memory.to_device,
+                                          "to_host": self.memory.to_host}
+        self._uploaded: dict[int, Any] = {}   # id of a known host value -> its device copy
         self._names: dict[int, str] = {}
         self._keep: list[Any] = []           # keeps objects named by id alive
         self.arena_keys: dict[str, tuple] = {}
@@ -123,13 +123,23 @@ class _Writer:
             r = Ref("v", r.index)        # a vector is its own flat view
         if r.index in spec.known:
             value = spec.known[r.index]
-            return self.const(value if r.kind == "v" else self._flat(value))
+            return self.const(self._device(value if r.kind == "v" else self._flat(value)))
         name = f"{r.kind}{r.index}"
         if r.index in spec.memory.placement:
             self.arena_keys[name] = (r.kind, r.index)
         elif r.kind == "f":
             self.flat_of.add(r.index)
         return name
+
+    def _device(self, value: np.ndarray):
+        """A known value as the steps read it: itself on the host, a copy uploaded once on a device."""
+        if not self.device:
+            return value
+        found = self._uploaded.get(id(value))
+        if found is None:
+            found = self._uploaded[id(value)] = self.memory.to_device(np.array(value, order="C"))   # a 0-d stays 0-d
+            self._keep.append(value)
+        return found
 
     def _flat(self, value: np.ndarray) -> np.ndarray:
         # NOTE: writeable, as kernels are compiled for (Numba types a read-only array as another type)
@@ -222,6 +232,8 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
     for _, v in program.outputs:
         if v in spec.known:
             returns.append(f"np_copy({w.const(spec.known[v])})")
+        elif w.device and spec.types[v] is not None and isinstance(spec.types[v], TensorType):
+            returns.append(f"to_host(v{v})")      # one copy back per output, owned by the caller
         elif v in spec.memory.fresh and v not in seen:
             returns.append(f"v{v}")
         elif spec.types[v] is not None and not isinstance(spec.types[v], TensorType):
@@ -229,7 +241,10 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
         else:
             returns.append(f"np_copy(v{v})")
         seen.add(v)
-    lines: list[tuple[int, str]] = [(-1, f"f{v} = v{v}.reshape(-1)") for v in sorted(w.flat_of & feeds)]
+    lines: list[tuple[int, str]] = []
+    if w.device:   # the feeds are copied to the device once, at the start of the run
+        lines += [(-1, f"v{v} = to_dev(v{v})") for _, v, t in program.feeds if isinstance(t, TensorType)]
+    lines += [(-1, f"f{v} = v{v}.reshape(-1)") for v in sorted(w.flat_of & feeds)]
     for step, line, defines in body:
         lines.append((step, line))
         lines += [(step, f"f{v} = v{v}.reshape(-1)") for v in defines if v in w.flat_of]

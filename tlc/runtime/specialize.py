@@ -49,6 +49,7 @@ class Specialization:
     def __init__(self, program: Program, types: list[ValueType | None], options: CompileOptions,
                  run_node: RunNode, signature: str):
         self.program = program
+        self.options = options
         self.types = list(types)
         self.signature = signature
         self.known: dict[int, np.ndarray] = dict(program.consts)

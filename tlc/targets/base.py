@@ -71,6 +71,9 @@ class Target:
     #: ``cache_salt()`` -> str: what its compiled code depends on beyond the kernel's source and the host (a GPU's
     #: compute capability and toolkit version); part of every kernel cache key of the target
     cache_salt: Hook = None
+    #: the ``tlc.runtime.device.Memory`` its plans keep their arrays in (a device's: feeds copied in once a run,
+    #: outputs copied out once); None: host numpy arrays
+    arrays: Hook = None
 
     def __post_init__(self) -> None:
         if self.memory not in ("host", "device"):
@@ -107,8 +110,8 @@ class Target:
 
     # ------------------------------------------------------------------ hooks, resolved on first use
     def resolve(self, hook: str) -> Any:
-        """The object behind hook ``hook`` ("kernel", "renderer", "library", "ops", "check", "cache_salt"), or
-        None."""
+        """The object behind hook ``hook`` ("kernel", "renderer", "library", "ops", "check", "cache_salt",
+        "arrays"), or None."""
         value = getattr(self, hook)
         return _load(value) if isinstance(value, str) else value
 

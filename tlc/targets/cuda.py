@@ -81,7 +81,8 @@ CUDA = register(Target(
     kernel="tlc.kernels.cuda:CudaKernel",
     renderer="tlc.kernels.cuda:render_cuda_module",
     library="tlc.kernels.cuda:CUDA_LIBRARY",
-    ops=None,
+    ops="tlc.runtime.cuda_ops:CUDA_OPS",
     check=require_cuda,
     cache_salt=cache_salt,
+    arrays="tlc.runtime.device:CUDA_MEMORY",
 ))
