@@ -1,6 +1,7 @@
 """What every renderer shares: the ``Variant`` a generated module is specialised on, and the index arithmetic
-of a layout's collapsed space (products and sums of dims, a flat index split into per-dim indices, unsigned
-array indices), drawn as ``ast`` through ``emit``. Target-neutral: the CPU and CUDA renderers both import it.
+of a layout's collapsed space (products and sums of dims, a flat index split into per-dim indices, operands'
+strides and bases over the outer dims, unsigned array indices) and where an in-place output is written, drawn as
+``ast`` through ``emit``. Target-neutral: the CPU and CUDA renderers both import it.
 """
 
 from __future__ import annotations
@@ -77,3 +78,38 @@ def total(terms: list[ast.expr]) -> ast.expr:
     for t in terms[1:]:
         node = M.binop(node, "+", t)
     return node
+
+
+def alias_of(variant: Variant, m: int) -> int:
+    """The input output ``m`` is written into (in place), or -1."""
+    return variant.alias[m] if m < len(variant.alias) else -1
+
+
+def out_array(variant: Variant, m: int) -> str:
+    """The parameter output ``m`` is stored through: its own ``out{m}``, or the input it is computed into."""
+    a = alias_of(variant, m)
+    return f"in{a}" if a >= 0 else f"out{m}"
+
+
+def prologue(layout: Layout) -> list[ast.stmt]:
+    """``n0 = dims[0]`` ... and the outer strides of every operand (``s3_1``: operand 3, dim 1) and of the
+    outputs (``so_1``)."""
+    stmts = [M.assign(f"n{d}", M.index("dims", M.integer(d))) for d in range(layout.ndim)]
+    for k, flags in enumerate(layout.flags):
+        for d in range(layout.ndim - 1):
+            if flags[d]:
+                later = [f"n{e}" for e in range(d + 1, layout.ndim) if flags[e]]
+                stmts.append(M.assign(f"s{k}_{d}", product(later)))
+    for d in range(layout.ndim - 1):
+        stmts.append(M.assign(f"so_{d}", product([f"n{e}" for e in range(d + 1, layout.ndim)])))
+    return stmts
+
+
+def bases(layout: Layout, outer: int) -> list[ast.stmt]:
+    """``b3 = i0 * s3_0 + ...`` for every operand, and ``bo`` for the outputs (over the outer dims)."""
+    stmts = []
+    for k, flags in enumerate(layout.flags):
+        terms = [M.binop(M.name(f"i{d}"), "*", M.name(f"s{k}_{d}")) for d in range(outer) if flags[d]]
+        stmts.append(M.assign(f"b{k}", total(terms)))
+    stmts.append(M.assign("bo", total([M.binop(M.name(f"i{d}"), "*", M.name(f"so_{d}")) for d in range(outer)])))
+    return stmts

@@ -19,8 +19,7 @@ import threading
 import numpy as np
 
 from . import emit as M
-from .common import Variant, product, split_index, total, unsigned
-from .layout import Layout
+from .common import Variant, alias_of, bases, out_array, product, prologue, split_index, unsigned
 from .plan import KernelPlan, Reduce, ScalarOp, row_length_var
 from .render import LIBM, SUFFIX, ExprRenderer, Library
 from .schedule import RowSchedule, schedule_rows
@@ -85,7 +84,7 @@ def _render_module(plan: KernelPlan, variant: Variant) -> str:
 
 def _kernel_params(plan: KernelPlan, variant: Variant) -> list[str]:
     params = ["dims"] + [f"in{i}" for i in range(len(plan.operands))]
-    return params + [f"out{m}" for m in range(len(plan.outputs)) if _alias(variant, m) < 0]
+    return params + [f"out{m}" for m in range(len(plan.outputs)) if alias_of(variant, m) < 0]
 
 
 def _decorator(variant: Variant, parallel: bool) -> ast.expr:
@@ -140,8 +139,8 @@ def _range_body(plan: KernelPlan, variant: Variant) -> list[ast.stmt]:
     layout = variant.layout
     inner = layout.ndim - 1
     ninner = M.name(f"n{inner}")
-    stmts = _prologue(layout, plan)
-    row = split_index("outer", layout, inner) + _bases(layout, inner)
+    stmts = prologue(layout)
+    row = split_index("outer", layout, inner) + bases(layout, inner)
     row.append(M.assign("base", M.binop(M.name("outer"), "*", ninner)))
     row.append(M.assign("lo", M.call("max", M.binop(M.name("start"), "-", M.name("base")), M.integer(0))))
     row.append(M.assign("hi", M.call("min", M.binop(M.name("stop"), "-", M.name("base")), ninner)))
@@ -160,38 +159,6 @@ def _range_body(plan: KernelPlan, variant: Variant) -> list[ast.stmt]:
     return stmts
 
 
-def _alias(variant: Variant, m: int) -> int:
-    return variant.alias[m] if m < len(variant.alias) else -1
-
-
-def _out_array(variant: Variant, m: int) -> str:
-    a = _alias(variant, m)
-    return f"in{a}" if a >= 0 else f"out{m}"
-
-
-def _prologue(layout: Layout, plan: KernelPlan) -> list[ast.stmt]:
-    """``n0 = dims[0]`` ... and the outer strides of every operand (``s3_1``: operand 3, dim 1)."""
-    stmts = [M.assign(f"n{d}", M.index("dims", M.integer(d))) for d in range(layout.ndim)]
-    for k, flags in enumerate(layout.flags):
-        for d in range(layout.ndim - 1):
-            if flags[d]:
-                later = [f"n{e}" for e in range(d + 1, layout.ndim) if flags[e]]
-                stmts.append(M.assign(f"s{k}_{d}", product(later)))
-    for d in range(layout.ndim - 1):
-        stmts.append(M.assign(f"so_{d}", product([f"n{e}" for e in range(d + 1, layout.ndim)])))
-    return stmts
-
-
-def _bases(layout: Layout, outer: int) -> list[ast.stmt]:
-    """``b3 = i0 * s3_0 + ...`` for every operand, and ``bo`` for the outputs (over the outer dims)."""
-    stmts = []
-    for k, flags in enumerate(layout.flags):
-        terms = [M.binop(M.name(f"i{d}"), "*", M.name(f"s{k}_{d}")) for d in range(outer) if flags[d]]
-        stmts.append(M.assign(f"b{k}", total(terms)))
-    stmts.append(M.assign("bo", total([M.binop(M.name(f"i{d}"), "*", M.name(f"so_{d}")) for d in range(outer)])))
-    return stmts
-
-
 def _ops(plan: KernelPlan, wanted: set[str] | None = None) -> list[ast.stmt]:
     renderer = ExprRenderer(CPU_LIBRARY)
     stmts: list[ast.stmt] = []
@@ -205,7 +172,7 @@ def _ops(plan: KernelPlan, wanted: set[str] | None = None) -> list[ast.stmt]:
 def _elementwise_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.stmt]:
     layout = variant.layout
     inner = layout.ndim - 1
-    stmts = _prologue(layout, plan)
+    stmts = prologue(layout)
     stmts.append(
         M.assign("nb", M.binop(M.binop(M.name(f"n{inner}"), "+", M.integer(BLOCK - 1)), "//", M.integer(BLOCK)))
     )
@@ -214,7 +181,7 @@ def _elementwise_body(plan: KernelPlan, variant: Variant, parallel: bool) -> lis
         M.assign("blk", M.binop(M.name("task"), "%", M.name("nb"))),
         M.assign("outer", M.binop(M.name("task"), "//", M.name("nb"))),
     ]
-    task += split_index("outer", layout, inner) + _bases(layout, inner)
+    task += split_index("outer", layout, inner) + bases(layout, inner)
     task.append(M.assign("lo", M.binop(M.name("blk"), "*", M.integer(BLOCK))))
     task.append(M.assign("hi", M.call("min", M.binop(M.name("lo"), "+", M.integer(BLOCK)), M.name(f"n{inner}"))))
     for var, k in plan.loads:
@@ -284,9 +251,9 @@ def _stage_body(
         for m, var in plan.stores:
             # NOTE: an in-place output is indexed exactly like its input (same base variable), so LLVM sees the
             # load and the store at one address and vectorizes without a dependence check
-            base = f"b{_alias(variant, m)}" if _alias(variant, m) >= 0 else "bo"
+            base = f"b{alias_of(variant, m)}" if alias_of(variant, m) >= 0 else "bo"
             at = M.binop(M.name(base), "+", M.name("j"))
-            body.append(M.store(_out_array(variant, m), unsigned(at), M.name(var)))
+            body.append(M.store(out_array(variant, m), unsigned(at), M.name(var)))
     return body
 
 
@@ -319,7 +286,7 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
     sched = schedule_rows(plan, layout)
     outer = layout.ndim - 1
     length = f"n{outer}"
-    stmts = _prologue(layout, plan)
+    stmts = prologue(layout)
     stmts.append(M.assign("rows", product([f"n{d}" for d in range(outer)])))
     stmts.append(
         M.assign(
@@ -350,7 +317,7 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
     ]
     task.append(M.assign("r0", M.binop(M.name("task"), "*", M.name("per"))))
     task.append(M.assign("r1", M.call("min", M.binop(M.name("r0"), "+", M.name("per")), M.name("rows"))))
-    row = split_index("r", layout, outer) + _bases(layout, outer)
+    row = split_index("r", layout, outer) + bases(layout, outer)
     row += [
         M.assign(var, M.index(f"in{k}", unsigned(M.name(f"b{k}")))) for var, k in plan.loads if not layout.flags[k][-1]
     ]
@@ -361,7 +328,7 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
             row += _row_pass(plan, variant, sched, p, length)
     for m, var in plan.stores:
         if not sched.is_element(var):
-            row.append(M.store(_out_array(variant, m), unsigned(M.name("r")), M.name(var)))
+            row.append(M.store(out_array(variant, m), unsigned(M.name("r")), M.name(var)))
     task.append(M.loop("r", M.name("r0"), M.name("r1"), row))
     stmts.append(M.loop("task", M.integer(0), M.name("ntasks"), task, parallel))
     return stmts
@@ -393,7 +360,7 @@ def _row_pass(plan: KernelPlan, variant: Variant, sched: RowSchedule, p: int, le
         if sched.is_element(var) and sched.element_pass[var] == p:
             body.append(
                 M.store(
-                    _out_array(variant, m),
+                    out_array(variant, m),
                     unsigned(M.binop(M.binop(M.name("r"), "*", M.name(length)), "+", j)),
                     M.name(var),
                 )
