@@ -206,16 +206,17 @@ def test_stats_counts_fused_groups(capsys, model):
 
 
 def test_target_steers_the_passes(capsys):
-    """--target names the target fusion groups for: the cuda target runs elementwise groups only, so the bundled
-    encoder's softmax and layer norms stay unfused for it."""
+    """--target names the target fusion groups for: the cuda target runs elementwise and reduction groups but no
+    epilogues (a library contraction driving an elementwise kernel): the bundled encoder gets its softmax and
+    layer norm groups for both targets, epilogue groups for the CPU only."""
     example = str(Path(tlc.__file__).parent / "examples" / "transformer_small.onnx")
     lines = {}
     for target in ("cpu", "cuda"):
         code, _, err = run_cli(capsys, example, "-O2", "--stats", "--target", target)
         assert code == 0, err
         lines[target] = next(line for line in err.splitlines() if line.strip().startswith("fuse:"))
-    assert "groups_reduction=" in lines["cpu"] and "groups_reduction" not in lines["cuda"], lines
-    assert "groups_elementwise=" in lines["cuda"], lines
+    assert "groups_epilogue=" in lines["cpu"] and "groups_epilogue" not in lines["cuda"], lines
+    assert "groups_elementwise=" in lines["cuda"] and "groups_reduction=3" in lines["cuda"], lines
 
 
 def test_time_passes_and_print_ir_go_to_stderr(capsys, model):

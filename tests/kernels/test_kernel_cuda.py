@@ -1,4 +1,5 @@
-"""The CUDA renderer under Numba's simulator (tests/conftest.py sets NUMBA_ENABLE_CUDASIM=1)."""
+"""The CUDA renderer under Numba's simulator (tests/conftest.py sets NUMBA_ENABLE_CUDASIM=1): elementwise and row
+kernels against the reference executor."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from kernel_helpers import check_against_reference, random_array
 from tlc.errors import CompileError
 from tlc.ir import Graph, TensorType
 from tlc.kernels import compile_group
+from tlc.kernels import cuda as kcuda
 
 cuda = pytest.importorskip("numba.cuda")
 pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="no CUDA device and no simulator")
@@ -62,14 +64,6 @@ def test_cuda_integer_ops_and_in_place(kcache):
     np.testing.assert_array_equal(a_val, want)
 
 
-def test_cuda_refuses_reductions(kcache):
-    g = Graph("r")
-    x = g.input("x", "float32", (4, 4))
-    g.output(g.add_node("Softmax", [x]), "y")
-    with pytest.raises(CompileError, match="elementwise"):
-        compile_group(g, "reduction", [TensorType("float32", (4, 4))], target="cuda", cache=kcache)
-
-
 def test_a_numba_cuda_that_cannot_compile_with_this_numpy_is_a_named_error(monkeypatch):
     """numba-cuda 0.30.4 on numpy 2.5 fails at the first launch of any kernel (its array typing registers
     np.row_stack, which numpy 2.5 removed): on a device, the cuda target's check says so before compiling anything."""
@@ -119,3 +113,88 @@ def test_cuda_cache_keys_carry_the_device(kcache, monkeypatch):
 
     monkeypatch.setattr(cuda, "get_current_device", no_device, raising=False)
     assert cuda_target.cache_salt() == "cuda=unknown (RuntimeError)"
+
+
+# ---------------------------------------------------------------------------- row kernels
+def axes(g: Graph):
+    return g.constant(np.array([-1], np.int64))
+
+
+def biased_softmax(dtype: str) -> Graph:
+    """x plus a bias per row (broadcast along the row), then a softmax decomposed over the last axis."""
+    g = Graph("cuda_softmax")
+    x = g.input("x", dtype, ("N", "L"))
+    h = g.add_node("Add", [x, g.input("bias", dtype, ("N", 1))])
+    e = g.add_node("Exp", [g.add_node("Sub", [h, g.add_node("ReduceMax", [h, axes(g)])])])
+    g.output(g.add_node("Div", [e, g.add_node("ReduceSum", [e, axes(g)])]), "p")
+    return g
+
+
+def softmax_types(dtype: str) -> list[TensorType]:
+    return [TensorType(dtype, ("N", "L")), TensorType(dtype, ("N", 1))]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_softmax_rows(kcache, dtype):
+    """Rows longer than the block and not a multiple of it, rows of one element, no rows; a NaN row stays NaN."""
+    body = biased_softmax(dtype)
+    kernel = compile_group(body, "reduction", softmax_types(dtype), target="cuda", cache=kcache)
+    assert "cuda.shared.array" in kernel.source and "cuda.syncthreads()" in kernel.source
+    assert "sc_" not in kernel.source  # the exp the CPU keeps in a scratch row is computed again
+    rng = np.random.default_rng(0)
+    assert 37 > kcuda.ROW_THREADS and 37 % kcuda.ROW_THREADS
+    for n, length in [(5, 37), (3, 1), (0, 37)]:
+        x = random_array(rng, (n, length), dtype) * 10
+        if n == 5:
+            x[2, 30] = np.nan
+        check_against_reference(kernel, body, [x, random_array(rng, (n, 1), dtype)], tolerance=(1e-5, 1e-6))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_layer_norm_rows(kcache, dtype):
+    """A decomposed layer norm (three passes: sum x | sum (x - mean)^2 | write) and its mean, a row-reduced
+    output."""
+    g = Graph("cuda_ln")
+    x = g.input("x", dtype, ("B", "T", 20))
+    gamma, beta = g.input("gamma", dtype, (20,)), g.input("beta", dtype, (20,))
+    mean = g.add_node("ReduceMean", [x, axes(g)])
+    d = g.add_node("Sub", [x, mean])
+    var = g.add_node("ReduceMean", [g.add_node("Mul", [d, d]), axes(g)])
+    den = g.add_node("Sqrt", [g.add_node("Add", [var, g.constant(np.array(1e-5, dtype))])])
+    g.output(g.add_node("Add", [g.add_node("Mul", [g.add_node("Div", [d, den]), gamma]), beta]), "y")
+    g.output(mean, "mean")
+    types = [TensorType(dtype, ("B", "T", 20)), TensorType(dtype, (20,)), TensorType(dtype, (20,))]
+    kernel = compile_group(g, "reduction", types, target="cuda", cache=kcache)
+    rng = np.random.default_rng(1)
+    tolerance = (1e-4, 1e-5) if dtype == "float32" else (1e-11, 1e-12)
+    for b, t in [(2, 3), (1, 1)]:
+        x = random_array(rng, (b, t, 20), dtype) * 3 + 1
+        check_against_reference(kernel, g, [x, random_array(rng, (20,), dtype), random_array(rng, (20,), dtype)],
+                                tolerance=tolerance)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the simulator adds numpy scalars
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+def test_cuda_sum_max_min_rows(kcache, dtype):
+    """Plain row reductions in one pass, NaN-propagating max/min (NaN first, last, alone), integer sums that wrap
+    like the CPU's, and rows of no elements (the reductions' identities)."""
+    g = Graph("cuda_reduce")
+    x = g.input("x", dtype, ("N", "L"))
+    for op in ("ReduceSum", "ReduceMax", "ReduceMin"):
+        g.output(g.add_node(op, [x, axes(g)]), op)
+    kernel = compile_group(g, "reduction", [TensorType(dtype, ("N", "L"))], target="cuda", cache=kcache)
+    rng = np.random.default_rng(2)
+    x = random_array(rng, (6, 23), dtype)
+    if dtype == "int32":
+        x[0] = np.iinfo(np.int32).max  # the sum wraps
+    else:
+        x[1, 0], x[2, 22], x[3, :] = np.nan, np.nan, np.nan
+    check_against_reference(kernel, g, [x])
+    check_against_reference(kernel, g, [np.empty((2, 0), dtype)])
+
+
+def test_cuda_row_kernels_refuse_bool_reductions(kcache):
+    g = Graph("cuda_any")
+    g.output(g.add_node("ReduceMax", [g.input("x", "bool", (4, 4)), axes(g)]), "y")
+    with pytest.raises(CompileError, match="cuda: a max over bool values"):
+        compile_group(g, "reduction", [TensorType("bool", (4, 4))], target="cuda", cache=kcache)

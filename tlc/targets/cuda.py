@@ -1,6 +1,8 @@
-"""The CUDA target: grid-stride ``cuda.jit`` kernels of elementwise groups (``tlc.kernels.cuda``).
+"""The CUDA target: ``cuda.jit`` kernels of elementwise groups (grid-stride) and reduction groups (a block per
+row) (``tlc.kernels.cuda``).
 
-Its kernels take host arrays and copy them to the device and back at each launch (``memory="device"``). The
+Its kernels' arrays live on the device (``memory="device"``): ``Kernel.entry`` launches on device arrays, and
+calling a kernel with host arrays copies them to the device and back at each launch. The
 runtime has no op table for it yet, so ``tlc.compile(..., target="cuda")`` is refused by name; its kernels are
 reached through ``tlc.kernels.compile_group`` (tested under Numba's simulator, ``NUMBA_ENABLE_CUDASIM=1``). No
 layout costs: the layout pass leaves its graphs in NCHW.
@@ -70,10 +72,10 @@ def cache_salt() -> str:
 
 CUDA = register(Target(
     name="cuda",
-    description="Numba CUDA kernels of elementwise groups; host arrays copied to the device per launch",
+    description="Numba CUDA kernels of elementwise and reduction groups on device arrays",
     dtypes=frozenset({"float32", "float64"}),
-    group_kinds=("elementwise",),
-    rendered_kinds=("elementwise",),
+    group_kinds=("elementwise", "reduction"),
+    rendered_kinds=("elementwise", "reduction"),
     provider="CUDAExecutionProvider",
     device="CUDA",
     memory="device",
