@@ -1,5 +1,5 @@
 """The CUDA renderer under Numba's simulator (tests/conftest.py sets NUMBA_ENABLE_CUDASIM=1): elementwise and row
-kernels against the reference executor."""
+kernels against the reference executor, and ``entry``, the runtime's launch on device arrays."""
 
 from __future__ import annotations
 
@@ -142,8 +142,8 @@ def test_cuda_softmax_rows(kcache, dtype):
     assert "cuda.shared.array" in kernel.source and "cuda.syncthreads()" in kernel.source
     assert "sc_" not in kernel.source  # the exp the CPU keeps in a scratch row is computed again
     rng = np.random.default_rng(0)
-    assert 37 > kcuda.ROW_THREADS and 37 % kcuda.ROW_THREADS
-    for n, length in [(5, 37), (3, 1), (0, 37)]:
+    long = 2 * kcuda.ROW_THREADS + 5  # 37 under the simulator
+    for n, length in [(5, long), (3, 1), (0, long)]:
         x = random_array(rng, (n, length), dtype) * 10
         if n == 5:
             x[2, 30] = np.nan
@@ -193,8 +193,91 @@ def test_cuda_sum_max_min_rows(kcache, dtype):
     check_against_reference(kernel, g, [np.empty((2, 0), dtype)])
 
 
-def test_cuda_row_kernels_refuse_bool_reductions(kcache):
+def test_cuda_row_kernels_refuse_bool_reductions_and_in_place(kcache):
     g = Graph("cuda_any")
     g.output(g.add_node("ReduceMax", [g.input("x", "bool", (4, 4)), axes(g)]), "y")
     with pytest.raises(CompileError, match="cuda: a max over bool values"):
         compile_group(g, "reduction", [TensorType("bool", (4, 4))], target="cuda", cache=kcache)
+    kernel = compile_group(biased_softmax("float32"), "reduction", softmax_types("float32"), target="cuda",
+                           cache=kcache)
+    with pytest.raises(CompileError, match="only elementwise cuda kernels compute in place"):
+        kernel.entry([(2, 8), (2, 1)], [(2, 8)], (0,))
+
+
+# ---------------------------------------------------------------------------- entry: launches on device arrays
+def test_cuda_entry_elementwise_in_place_on_device_arrays(kcache):
+    """The runtime's call: ``fn(dims, *inputs, *constants, *outputs)`` on arrays already on the device, the
+    output of the in-place variant left out and written into its input; a plain function, not a dispatcher."""
+    g = Graph("cuda_axpb")
+    x = g.input("x", "float32", ("N", 8))
+    scale = g.constant(np.linspace(0.5, 2, 8, dtype=np.float32))  # a constant operand, passed after the inputs
+    g.output(g.add_node("Add", [g.add_node("Mul", [x, scale]), g.constant(np.array(1, np.float32))]), "y")
+    kernel = compile_group(g, "elementwise", [TensorType("float32", ("N", 8))], target="cuda", cache=kcache,
+                           alias=(0,))
+    rng = np.random.default_rng(3)
+    host = random_array(rng, (3, 8), "float32")
+    want = host * np.linspace(0.5, 2, 8, dtype=np.float32) + 1
+    fn, dims = kernel.entry([(3, 8)], [(3, 8)], (0,))
+    assert type(fn).__name__ == "function" and list(dims) == [3, 8]
+    (constant,) = kernel.constant_arrays
+    assert kernel.constant_arrays[0] is constant and constant.shape == (8,)  # made once
+    device = cuda.to_device(host.reshape(-1))
+    fn(dims, device, *kernel.constant_arrays)
+    np.testing.assert_allclose(device.copy_to_host().reshape(3, 8), want, rtol=1e-6)
+    flat = host.reshape(-1).copy()  # the simulator's device memory: a numpy array
+    fn(dims, flat, *kernel.constant_arrays)
+    np.testing.assert_allclose(flat.reshape(3, 8), want, rtol=1e-6)
+    out = cuda.device_array(24, np.float32)  # the variant with an output of its own
+    own, _ = kernel.entry([(3, 8)], [(3, 8)], (-1,))
+    own(dims, cuda.to_device(host.reshape(-1)), *kernel.constant_arrays, out)
+    np.testing.assert_allclose(out.copy_to_host().reshape(3, 8), want, rtol=1e-6)
+    nothing, zero = kernel.entry([(0, 8)], [(0, 8)], (0,))
+    nothing(zero, np.empty(0, np.float32), *kernel.constant_arrays)  # no element: no launch
+
+
+def test_cuda_entry_reduction_grid_strides_over_rows(kcache, monkeypatch):
+    """A row kernel through ``entry`` with fewer blocks than rows: each block strides over the rows."""
+    from tlc.reference import run_graph
+
+    monkeypatch.setattr(kcuda, "MAX_BLOCKS", 2)
+    body = biased_softmax("float64")
+    kernel = compile_group(body, "reduction", softmax_types("float64"), target="cuda", cache=kcache)
+    rng = np.random.default_rng(4)
+    x, bias = random_array(rng, (5, 19), "float64"), random_array(rng, (5, 1), "float64")
+    fn, dims = kernel.entry([(5, 19), (5, 1)], [(5, 19)], (-1,))
+    assert kernel._grid(dims) == (2, kcuda.row_threads(19))
+    out = cuda.device_array(5 * 19, np.float64)
+    fn(dims, cuda.to_device(x.reshape(-1)), cuda.to_device(bias.reshape(-1)), out)
+    np.testing.assert_allclose(out.copy_to_host().reshape(5, 19), run_graph(body, [x, bias])[0], rtol=1e-12)
+
+
+def test_device_view_is_made_once_per_buffer_without_a_sync(monkeypatch):
+    """A ``__cuda_array_interface__`` object (a CuPy array) becomes a Numba view once per (address, shape, dtype,
+    strides), with ``sync=False``; numpy arrays (the simulator's device memory) and Numba's pass as they are."""
+
+    class Foreign:
+        def __init__(self, array):
+            self.array = array
+
+        @property
+        def __cuda_array_interface__(self):
+            a = self.array
+            return {"data": (a.ctypes.data, False), "shape": a.shape, "typestr": a.dtype.str, "strides": None,
+                    "version": 3, "stream": 1}
+
+    made = []
+
+    def from_cai(desc, owner=None, sync=True):
+        made.append((desc["data"][0], owner, sync))
+        return np.zeros(desc["shape"], desc["typestr"])
+
+    monkeypatch.setattr(cuda, "from_cuda_array_interface", from_cai, raising=False)
+    monkeypatch.setattr(kcuda, "_VIEWS", {})
+    a, b = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    first = kcuda.device_view(Foreign(a))
+    assert kcuda.device_view(Foreign(a)) is first and len(made) == 1
+    assert kcuda.device_view(Foreign(b)) is not first and len(made) == 2
+    assert kcuda.device_view(Foreign(a.reshape(2, 2))) is not first and len(made) == 3
+    assert all(owner is None and sync is False for _, owner, sync in made)
+    device = cuda.to_device(a)
+    assert kcuda.device_view(a) is a and kcuda.device_view(device) is device

@@ -6,19 +6,21 @@ Reduction: a block per row (grid-stride over the rows), its threads striding ove
 ``schedule_rows``; a pass's partial sums/max/min meet in a tree in shared memory (``_row_body``). Functions come
 from ``tlc.kernels.cudalib`` (libdevice's ``expf``, ``tanhf`` ... on a device).
 
-``CudaKernel(inputs, outputs)`` copies host arrays to the device, launches and copies the outputs back. Tested
-under Numba's simulator (``NUMBA_ENABLE_CUDASIM=1``, needs the ``numba-cuda`` package); generated modules go
-through the kernel cache like CPU ones, but ``cuda.jit`` compiles on first launch (no disk cache).
+``CudaKernel(inputs, outputs)`` copies host arrays to the device, launches and copies the outputs back;
+``CudaKernel.entry`` is the runtime's launch on arrays already on the device. Tested under Numba's simulator
+(``NUMBA_ENABLE_CUDASIM=1``, needs the ``numba-cuda`` package); generated modules go through the kernel cache
+like CPU ones, but ``cuda.jit`` compiles on first launch (no disk cache; ``entry`` compiles ahead of it).
 """
 
 from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import CompileError
+from ..errors import BackendError, CompileError
 from ..targets import CUDA, Target
 from . import emit as M
 from .common import Variant, alias_of, bases, out_array, product, prologue, split_index, total, unsigned
@@ -241,16 +243,18 @@ def _block_reduce(reduces: list[Reduce]) -> list[ast.stmt]:
 class CudaKernel(Kernel):
     """A fused group on a CUDA device (or Numba's simulator).
 
-    ``kernel(inputs, outputs)`` takes host arrays and copies them to the device and back at each launch."""
+    ``kernel(inputs, outputs)`` takes host arrays and copies them to the device and back at each launch;
+    ``entry`` gives the runtime a launch on arrays that already live on the device."""
 
     def __init__(self, plan: KernelPlan, options, cache, target: Target = CUDA, alias: tuple[int, ...] | None = None):
         super().__init__(plan, options, cache, target=target, alias=alias)  # checks numba-cuda and a device
         from numba import cuda
 
         self._cuda = cuda
+        self._device_constants: list | None = None
 
     def _build(self, module, variant: Variant) -> bool:
-        return False  # cuda.jit compiles on the first launch
+        return False  # cuda.jit compiles on the first launch (``entry`` compiles ahead of it on a device)
 
     def _aliasing(self, arrays, outputs, layout):
         # inputs are copied to the device before the launch, so an output may be an input: nothing to do
@@ -274,3 +278,83 @@ class CudaKernel(Kernel):
         module.kernel[grid](cuda.to_device(dims), *device_in, *device_out)
         for d, host in zip(device_out, flat_out, strict=True):
             d.copy_to_host(host)
+
+    def entry(self, input_shapes, output_shapes, alias: tuple[int, ...]) -> tuple[Callable, object]:
+        """A launch for these shapes on arrays that live on the device, and its ``dims`` argument (on the device).
+
+        ``fn(dims, *flat_inputs, *flat_constants, *flat_outputs)`` (outputs ``m`` with ``alias[m] >= 0`` left
+        out: computed into input ``alias[m]``, elementwise kernels only) is a plain function that launches the
+        variant's kernel with a grid fixed here; its arrays are Numba device arrays or any object with
+        ``__cuda_array_interface__`` (CuPy: see ``device_view``), and numpy arrays under the simulator. No copy
+        between host and device per call. Compiled here on a device, so the first call pays no compilation."""
+        alias = tuple(alias)
+        if self.kind != "elementwise" and any(a >= 0 for a in alias):
+            raise CompileError(f"kernel {self.name}: only elementwise cuda kernels compute in place")
+        launcher = self.launcher(input_shapes, output_shapes)  # checks the shapes; their layout and dims
+        variant = Variant(launcher.layout, self.options.fast_math, alias)
+        kernel = self._module(variant).kernel
+        if not SIMULATED:
+            kernel.compile(self._signature(variant))
+        grid = self._grid(launcher.dims)
+        dims = launcher.dims if SIMULATED else self._cuda.to_device(launcher.dims)
+        return (_nothing if grid is None else _launch_on_device(kernel, grid)), dims
+
+    @property
+    def constant_arrays(self) -> list:
+        """The flat constant operands ``entry``'s function takes after the inputs: copied to the device once."""
+        if self._device_constants is None:
+            flat = [a.reshape(-1) for a in self._constant_arrays]
+            self._device_constants = flat if SIMULATED else [self._cuda.to_device(a) for a in flat]
+        return self._device_constants
+
+
+def _nothing(dims, *arrays) -> None:
+    """The launch of a kernel with nothing to compute (no element, no row): none."""
+
+
+def _launch_on_device(kernel, grid: tuple[int, int]) -> Callable:
+    """``fn(dims, *arrays)``: ``kernel`` over ``grid`` on device arrays."""
+    if SIMULATED:
+        def launch(dims, *arrays) -> None:
+            # NOTE: the simulator's ``kernel[grid]`` sets the grid on the kernel object itself, so it is set anew
+            # at each launch (another entry of the same variant may have set its own)
+            kernel[grid](*[device_view(a) for a in (dims, *arrays)])
+    else:
+        configured = kernel[grid]
+
+        def launch(dims, *arrays) -> None:
+            configured(*[device_view(a) for a in (dims, *arrays)])
+
+    return launch
+
+
+#: device views of ``__cuda_array_interface__`` objects by (pointer, shape, typestr, strides)
+_VIEWS: dict[tuple, object] = {}
+_VIEWS_MAX = 4096
+
+
+def device_view(array):
+    """``array`` as a Numba launch takes it with neither a copy nor a wait: Numba device arrays and numpy arrays
+    (the simulator's device memory) as they are, another ``__cuda_array_interface__`` object (a CuPy array) as a
+    Numba view of its memory.
+
+    A launch handed a CuPy array itself makes the view each time and first synchronizes with the array's stream;
+    the view here is made once per buffer (``sync=False``: the caller orders its streams) and found again by a
+    dict lookup. It holds no reference to the CuPy array (``owner=None``): a view is all its key says (address,
+    shape, dtype, strides), so one made for a buffer since freed is the view of whatever array now lies there,
+    and the memo keeps no memory alive."""
+    if isinstance(array, np.ndarray) or getattr(array, "__cuda_ndarray__", False):
+        return array
+    desc = getattr(array, "__cuda_array_interface__", None)
+    if desc is None:
+        raise BackendError(f"a cuda kernel takes device arrays, not {type(array).__name__}")
+    strides = desc.get("strides")
+    key = (desc["data"][0], tuple(desc["shape"]), desc["typestr"], None if strides is None else tuple(strides))
+    view = _VIEWS.get(key)
+    if view is None:
+        from numba import cuda
+
+        if len(_VIEWS) >= _VIEWS_MAX:
+            _VIEWS.clear()
+        view = _VIEWS[key] = cuda.from_cuda_array_interface(desc, owner=None, sync=False)
+    return view
