@@ -1,5 +1,16 @@
-"""The CUDA renderer on a real device: an elementwise group (GELU-like tanh chain with a broadcast bias) compiled
-for ``target="cuda"`` and for the CPU, checked against each other and timed, median and spread of ``--calls``.
+"""The cuda target on a real device: whole plans of the model suites, and one elementwise kernel.
+
+``--plans MODEL...`` (names of tools/models.py's suites and the classic benchmark's): each model at each
+``--batch``, compiled for ``target="cuda"`` (device-resident: feeds in once, outputs out once) and for the CPU,
+checked against each other, and timed end to end (host arrays in, host arrays out) in interleaved rounds against
+the CPU plan and onnxruntime (its CPU provider on every core, and its CUDAExecutionProvider when the installed
+onnxruntime has one); first call (compile and run) of the cuda plan; the steps that ran on the host.
+
+    python tools/cuda_bench.py --plans resnet18 mobilenetv2 vit gpt2_block --batch 1 8
+
+Without ``--plans``: the CUDA renderer alone, an elementwise group (GELU-like tanh chain with a broadcast bias)
+compiled for ``target="cuda"`` and for the CPU, checked against each other and timed, median and spread of
+``--calls``.
 
 A CUDA call copies its inputs to the device and its outputs back (``CudaKernel``: host arrays in and out), so
 the figure is end to end; the time of those copies alone (x and b to the device, y back) is printed beside
@@ -67,11 +78,87 @@ def measure(g: Graph, rows: int, calls: int, cuda) -> str:
             f"{t_gpu[0]:.3f} [{t_gpu[1]:.3f}-{t_gpu[2]:.3f}] | {t_copy[0]:.3f} | {diff:.1e} |")
 
 
+def _model(name: str, batch: int):
+    import models
+
+    if name in models.BUILDERS or name == "resnet50_light":
+        return models.bench_model(name)
+    return models.build(name, batch=batch)
+
+
+def plan_row(name: str, batch: int, rounds: int, calls: int) -> str:
+    """One table row: ``name`` at ``batch`` as a cuda plan, a CPU plan and onnxruntime's sessions."""
+    import models
+    import onnxruntime as ort
+
+    import tlc
+    from tlc.io.onnx import from_onnx
+
+    proto = _model(name, batch)
+    feeds = models.random_feeds(proto, batch)
+    graph = from_onnx(proto)[0]
+    start = time.perf_counter()
+    cuda_plan = tlc.compile(graph, target="cuda", jit="eager")
+    got = cuda_plan.run(feeds)
+    first = time.perf_counter() - start
+    cpu_plan = tlc.compile(graph, target="cpu", jit="eager")
+    want = cpu_plan.run(feeds)
+    err = max((float(np.max(np.abs(got[k] - want[k]) / (1 + np.abs(want[k])))) if want[k].size else 0.0)
+              for k in want)
+    host = [s.op for s in cuda_plan.stats().steps if s.mode == "reference"]
+    contenders = {"tlc cuda": lambda: cuda_plan.run(feeds), "tlc cpu": lambda: cpu_plan.run(feeds)}
+    data = proto.SerializeToString()
+    for provider in ("CPUExecutionProvider", "CUDAExecutionProvider"):
+        if provider in ort.get_available_providers():
+            sess = ort.InferenceSession(data, providers=[provider])
+            contenders[f"ort {provider[:-17].lower()}"] = lambda s=sess: s.run(None, feeds)
+    times: dict[str, list[float]] = {k: [] for k in contenders}
+    for fn in contenders.values():
+        fn()
+    for _ in range(rounds):          # interleaved: drift hits every contender alike
+        for key, fn in contenders.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[key].append((time.perf_counter() - t0) / calls * 1e3)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    cells = " | ".join(f"{med[k]:.3f} [{min(v):.3f}-{max(v):.3f}]" for k, v in times.items())
+    ort_best = min(v for k, v in med.items() if k.startswith("ort"))
+    return (f"| {name} | {batch} | {cells} | {med['tlc cuda'] / ort_best:.2f} | {len(host)} "
+            f"{'(' + ', '.join(sorted(set(host))) + ')' if host else ''} | {first:.2f} | {err:.1e} |")
+
+
+def plans(names: list[str], batches: list[int], rounds: int, calls: int) -> None:
+    import onnxruntime as ort
+
+    ort_cols = [p[:-17].lower() for p in ("CPUExecutionProvider", "CUDAExecutionProvider")
+                if p in ort.get_available_providers()]
+    heads = ["tlc cuda", "tlc cpu"] + [f"ort {c}" for c in ort_cols]
+    print(f"onnxruntime {ort.__version__}, providers {ort.get_available_providers()}; ms per run, median [min-max] "
+          f"of {rounds} interleaved rounds of {calls} runs; host arrays in and out")
+    print("| model | batch | " + " | ".join(f"{h} ms" for h in heads)
+          + " | cuda / best ort | host steps | first call s | max rel diff to cpu |")
+    print("|---|---|" + "---|" * (len(heads) + 4))
+    for name in names:
+        for batch in batches:
+            try:
+                print(plan_row(name, batch, rounds, calls), flush=True)
+            except Exception as exc:   # noqa: BLE001 - one model's failure is a row of the table
+                print(f"| {name} | {batch} | failed: {type(exc).__name__}: {str(exc)[:300]} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1 << 20, 1 << 24], help="elements of x")
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--plans", nargs="+", metavar="MODEL", help="time whole plans of these models instead")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
+    if args.plans:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        plans(args.plans, args.batch, args.rounds, max(1, args.calls // 4))
+        return 0
     from numba import cuda
 
     if not cuda.is_available():
