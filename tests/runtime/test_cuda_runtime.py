@@ -111,3 +111,46 @@ def test_cuda_without_a_device_is_a_named_error(monkeypatch):
     g.output(g.add_node("Relu", [g.input("x", "float32", (3,))]), "y")
     with pytest.raises(CompileError, match="needs a CUDA device"):
         tlc.compile(g, target=absent)
+
+
+def _suite():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import models
+
+    return models
+
+
+def test_the_model_suites_run_on_the_device_and_match_the_cpu_plan():
+    """Every real-suite and tiny model at reduced size: each step on the device (fused groups on their host
+    fallback: jit="off" keeps the simulator out of it), results as the CPU plan's."""
+    from tlc.io.onnx import from_onnx
+
+    models = _suite()
+    for name in models.REAL_MODELS + models.TINY_MODELS:
+        proto = models.build(name, batch=2, small=True)
+        graph, feeds = from_onnx(proto)[0], models.random_feeds(proto, 2)
+        want = tlc.compile(graph, jit="off").run(feeds)
+        plan = tlc.compile(graph, target="cuda", jit="off")
+        got = plan.run(feeds)
+        for key in want:
+            np.testing.assert_allclose(got[key], want[key], rtol=2e-5, atol=2e-5, err_msg=f"{name} {key}")
+        host = [s for s in plan.stats().steps if s.mode == "reference" and "jit='off'" not in s.reason]
+        assert not host, (name, host)
+
+
+def test_generated_kernels_run_inside_a_device_plan():
+    from tlc.io.onnx import from_onnx
+
+    models = _suite()
+    proto = models.build("small_convnet", batch=1, small=True)
+    graph, feeds = from_onnx(proto)[0], models.random_feeds(proto, 1)
+    want = tlc.compile(graph, jit="off").run(feeds)
+    plan = tlc.compile(graph, target="cuda", jit="eager")
+    got = plan.run(feeds)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-5)
+    modes = plan.stats().by_mode()
+    assert modes.get("native", 0) >= 3 and "reference" not in modes, modes

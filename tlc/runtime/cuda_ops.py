@@ -5,7 +5,8 @@ Every step reads and writes device arrays (the plan is device-resident: ``tlc.ru
 groups and lone elementwise ops in the target's dtypes are generated Numba CUDA kernels (``tlc.kernels.cuda``);
 products, convolutions, pooling, reductions, normalisations and data movement are written once against the array
 module ``xp``: CuPy on a GPU (cuBLAS for every product: convolutions as a strided window view copied to columns,
-then one batched product; transposed convolutions as a product then one strided add per tap), numpy under
+then one batched product; transposed convolutions as a product then one strided add per tap; linear and cubic
+resizes as one product per resized axis), numpy under
 Numba's simulator, where device memory is host memory. Temporaries come from CuPy's memory pool (reused across
 runs, not from the arena). An op the table does not list runs its reference on the host, its inputs copied from
 the device and its results back, and ``plan.stats()`` lists it with that reason: nothing falls back silently.
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.graph import TLC_DOMAIN, Node
+from ..ops import resize as resize_ops
 from ..ops.conv import transpose_attrs, transpose_axis
 from ..ops.window import make_window
 from . import native
@@ -381,6 +383,10 @@ class ReduceImpl(DeviceImpl):
             return lambda x, *rest: xp.copyto(rest[-1], x)
         axes = tuple(range(rank)) if axes is None else axes
         reduce = getattr(xp, op)
+        if len(axes) == rank:
+            # NOTE: CuPy 14's min over every axis with keepdims into out= failed on an H100 (a NotImplemented
+            # from equal(); max and the other axes passed): one element, so it is reduced then copied
+            return lambda x, *rest: xp.copyto(rest[-1], reduce(x, axis=axes, keepdims=keep))
 
         def fn(x, *rest):
             reduce(x, axis=axes, keepdims=keep, out=rest[-1])
@@ -578,6 +584,51 @@ class IndexMapImpl(DeviceImpl):
         return fn
 
 
+class ResizeImpl(DeviceImpl):
+    """Linear and cubic Resize (antialiased too): resizing is separable, so each resized axis is one product
+    with a matrix of the registry's taps and weights (``tlc.ops.resize``), built once."""
+
+    what = "resize as one matrix product per resized axis"
+
+    def make(self, ctx, xp, memory):
+        shape = ctx.in_shapes()[0]
+        dtype = ctx.out_dtype()
+        if dtype.kind != "f":
+            raise NotNative(f"Resize of {dtype} rounds in float64: the reference")
+        given = [None if port >= len(ctx.inputs) or ctx.in_types[port] is None
+                 else ctx.require_const(port, name) for port, name in ((1, "roi"), (2, "scales"), (3, "sizes"))]
+        a = self.attrs
+        try:
+            _, passes = resize_ops.axis_passes(shape, a["axes"], *given, a["keep_aspect_ratio_policy"])
+        except ValueError as exc:
+            raise NotNative(str(exc)) from None
+        mats = []
+        for axis, out_len, scale, bounds in passes:
+            x, outside = resize_ops.source_coords(a["coordinate_transformation_mode"], out_len, shape[axis], scale,
+                                                  bounds)
+            if outside is not None and outside.any():
+                raise NotNative("tf_crop_and_resize extrapolates here: the reference")
+            idx, weights = resize_ops.taps(x, shape[axis], scale, a)
+            matrix = np.zeros((out_len, shape[axis]))
+            np.add.at(matrix, (np.repeat(np.arange(out_len), idx.shape[1]), idx.reshape(-1)), weights.reshape(-1))
+            mats.append((axis, memory.to_device(np.ascontiguousarray(matrix.T, dtype))))
+
+        def fn(x, *rest):
+            y = x
+            for axis, transposed in mats:
+                y = xp.moveaxis(xp.matmul(xp.moveaxis(y, axis, -1), transposed), -1, axis)
+            xp.copyto(rest[-1], y)
+
+        return fn
+
+
+def _resize(attrs, node, options):
+    if node.num_outputs != 1:
+        raise NotNative(f"{node.num_outputs} outputs")
+    mode = attrs.get("mode", "nearest")
+    return (IndexMapImpl if mode in ("nearest", b"nearest") else ResizeImpl)(attrs, node, options)
+
+
 # ---------------------------------------------------------------------------- generated kernels
 class ElementwiseImpl(native.ElementwiseImpl):
     """A lone elementwise op in the target's dtypes: a one-op generated CUDA kernel; in other dtypes (integer
@@ -648,7 +699,7 @@ CUDA_OPS: dict[str, Factory] = {
     "Trilu": _single(TriluImpl),
     "Cast": _kernel_or(CastImpl),
     "Where": _kernel_or(WhereImpl),
-    "Resize": _single(IndexMapImpl),
+    "Resize": _resize,
     "Upsample": _single(IndexMapImpl),
     "DepthToSpace": _single(IndexMapImpl),
     "SpaceToDepth": _single(IndexMapImpl),

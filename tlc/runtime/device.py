@@ -80,14 +80,14 @@ class CudaMemory(Memory):
         return self.xp.empty(nbytes, np.uint8)   # CuPy's allocations are 256-byte aligned
 
     def to_device(self, a: np.ndarray):
-        if self.simulated:
-            return a
+        if self.simulated or a.dtype.name not in _DEVICE_DTYPES:
+            return a     # float8, bfloat16 (ml_dtypes) and strings: CuPy holds none; only host steps read them
         return self.xp.asarray(a)
 
     def to_host(self, a) -> np.ndarray:
         if self.simulated:
             return np.array(a)
-        return a.get() if hasattr(a, "get") else np.asarray(a)
+        return a.get() if hasattr(a, "get") else np.array(a)
 
     def is_device_array(self, a) -> bool:
         return isinstance(a, self.xp.ndarray)
@@ -96,6 +96,10 @@ class CudaMemory(Memory):
         if not self.simulated:
             self.xp.cuda.get_current_stream().synchronize()
 
+
+#: dtypes CuPy arrays hold (ml_dtypes' float8 types say kind "f" too, so they are named, not kinds)
+_DEVICE_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                            "float16", "float32", "float64", "complex64", "complex128"})
 
 HOST = Memory()
 CUDA_MEMORY = CudaMemory()
