@@ -206,17 +206,27 @@ def test_stats_counts_fused_groups(capsys, model):
 
 
 def test_target_steers_the_passes(capsys):
-    """--target names the target fusion groups for: the cuda target runs elementwise and reduction groups but no
-    epilogues (a library contraction driving an elementwise kernel): the bundled encoder gets its softmax and
-    layer norm groups for both targets, epilogue groups for the CPU only."""
+    """--target names the target fusion groups for: the bundled encoder gets epilogue, softmax and layer norm
+    groups for the cpu and cuda targets, and only elementwise groups for a target that runs no other kind."""
+    import dataclasses
+
+    from tlc.targets import CUDA, register, unregister
+
+    register(dataclasses.replace(CUDA, name="cuda-elementwise", group_kinds=("elementwise",),
+                                 rendered_kinds=("elementwise",)))
     example = str(Path(tlc.__file__).parent / "examples" / "transformer_small.onnx")
     lines = {}
+    try:
+        for target in ("cpu", "cuda", "cuda-elementwise"):
+            code, _, err = run_cli(capsys, example, "-O2", "--stats", "--target", target)
+            assert code == 0, err
+            lines[target] = next(line for line in err.splitlines() if line.strip().startswith("fuse:"))
+    finally:
+        unregister("cuda-elementwise")
     for target in ("cpu", "cuda"):
-        code, _, err = run_cli(capsys, example, "-O2", "--stats", "--target", target)
-        assert code == 0, err
-        lines[target] = next(line for line in err.splitlines() if line.strip().startswith("fuse:"))
-    assert "groups_epilogue=" in lines["cpu"] and "groups_epilogue" not in lines["cuda"], lines
-    assert "groups_elementwise=" in lines["cuda"] and "groups_reduction=3" in lines["cuda"], lines
+        assert "groups_epilogue=" in lines[target] and "groups_reduction=3" in lines[target], lines
+    only = lines["cuda-elementwise"]
+    assert "groups_elementwise=" in only and "groups_epilogue" not in only and "groups_reduction" not in only
 
 
 def test_time_passes_and_print_ir_go_to_stderr(capsys, model):

@@ -101,8 +101,10 @@ def _check_value(name: str, vtype: ValueType, raw: object) -> object:
 
 
 def _as_array(name: str, raw: object, ttype: TensorType) -> np.ndarray:
-    """``raw`` as an array; what numpy cannot make one of (ragged nested lists) is an ``InputError``."""
-    if isinstance(raw, np.ndarray):
+    """``raw`` as an array; what numpy cannot make one of (ragged nested lists) is an ``InputError``. A device
+    array (one with the CUDA Array Interface: CuPy, Numba's) is returned as it is, for a device plan to read where
+    it lies; its dtype and shape are checked like a numpy array's."""
+    if isinstance(raw, np.ndarray) or hasattr(raw, "__cuda_array_interface__"):
         return raw
     try:
         array = np.asarray(raw)

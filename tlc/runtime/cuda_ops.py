@@ -21,14 +21,17 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import CompileError
 from ..ir.graph import TLC_DOMAIN, Node
+from ..kernels import split_epilogue
+from ..kernels.plan import typed_body
 from ..ops import resize as resize_ops
 from ..ops.conv import transpose_attrs, transpose_axis
 from ..ops.window import make_window
 from . import native
-from .bound import Bound, Call, NotNative, V
+from .bound import Bound, Call, F, KernelRequest, NotNative, V
 from .device import memory_of
-from .impl import BindContext, StepImpl, spatial_window
+from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 from .library import ViewImpl
 from .ops import ELEMENTWISE
 from .options import CompileOptions
@@ -663,9 +666,59 @@ class _Either(StepImpl):
             return self.other.bind(ctx)
 
 
+class EpilogueImpl(native.EpilogueImpl):
+    """A contraction group: the product or convolution (this table's implementation of its head) written into
+    the output's buffer, then the group's elementwise rest (the bias, activations, a residual add) as one
+    generated kernel over it, in place: one pass over the output after the product."""
+
+    reason = "product, then one epilogue kernel in place"
+
+    def accepts_strided(self, port: int) -> bool:
+        return False
+
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.in_shapes()
+        try:
+            elementwise = split_epilogue(typed_body(self.body, list(ctx.in_types)))[1]
+        except CompileError as exc:
+            raise NotNative(str(exc)) from None
+        ew_types = [n.output_types[0] for n in elementwise.inputs]
+        if not all(t.is_static for t in ew_types):
+            raise NotNative("the epilogue's shapes are not static")
+        make_head = CUDA_OPS.get(self.head.qualified_op)
+        if make_head is None or self.head.qualified_op == f"{TLC_DOMAIN}.Fused":
+            raise NotNative(f"no device contraction for {self.head.qualified_op}")
+        if not ctx.options.jit_enabled:
+            return Bound(fallback_calls(ctx), mode="reference", note="jit='off'")
+        memory = memory_of(ctx.options.target)
+        sub = native._contraction_context(ctx, self.c_sources)
+        acc_type = sub.out_types[0] = ew_types[0]
+        out0 = ctx.out_types[0]
+        in_place = (len(ctx.outputs) == 1 and tuple(out0.shape) == tuple(acc_type.shape)
+                    and out0.dtype == acc_type.dtype)
+        scratch = native.Scratch()
+        acc = (V(ctx.outputs[0]), F(ctx.outputs[0])) if in_place else native._scratch_pair(scratch, acc_type)
+        head = make_head(self.head_attrs, self.head, ctx.options)
+        head_fn = head.make(sub, memory.xp, memory)
+        head_args = tuple(None if s is None else V(ctx.inputs[s[1]]) if s[0] == "in"
+                          else memory.to_device(np.ascontiguousarray(s[1])) for s in self.c_sources)
+        head_call = Call(head_fn, head_args + (acc[0],))
+        copies, ew_refs = native.flat_inputs(ctx, self.ew_sources, scratch)
+        out_refs = [F(o) for o in ctx.outputs]
+        alias = (0 if in_place else -1,) + (-1,) * (len(out_refs) - 1)
+        ew = native.kernel_request(ctx, elementwise, "elementwise", ew_types, [acc[1]] + ew_refs, out_refs,
+                                   "epilogue kernel", fixed_alias=alias)
+        request = KernelRequest("epilogue", ew.build,
+                                       lambda kernel, _: [head_call] + copies + ew.calls(kernel, None))
+        return Bound(fallback_calls(ctx), mode="native", note=f"{head.reason} + epilogue kernel",
+                     workspace=scratch.shapes, request=request)
+
+
 def _fused(attrs: dict[str, Any], node: Node, options: CompileOptions) -> StepImpl:
     if attrs["kind"] not in options.target.group_kinds:
         raise NotNative(f"the cuda target does not run {attrs['kind']} groups")
+    if attrs["kind"] == "epilogue":
+        return EpilogueImpl(attrs["body"])
     return native.FusedImpl(attrs["body"], attrs["kind"])
 
 

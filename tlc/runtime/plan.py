@@ -26,6 +26,7 @@ from ..ir.graph import Graph
 from ..ir.types import TensorType, ValueType, np_dtype
 from ..reference import Interpreter
 from . import batches, threads
+from .device import memory_of
 from .jit import Job
 from .lower import Program, lower
 from .native import cache_for
@@ -106,6 +107,7 @@ class Plan:
         threads.configure_openmp()
         self._governors = {flag: threads.Governor(options.threads, flag) for flag in (False, True)}
         self.program: Program = lower(graph, options)
+        self._memory = memory_of(options.target)      # host numpy, or a device's (feeds in, outputs out)
         self._run_node = Interpreter(self.program.graph).run_node
         program = self.program
         self._feed_specs = [(name, t) for name, _, t in program.feeds]
@@ -136,8 +138,13 @@ class Plan:
     def outputs(self) -> list[tuple[str, ValueType | None]]:
         return [(name, self.program.value_types[v]) for name, v in self.program.outputs]
 
-    def run(self, feeds: Mapping[str, object], *, profile: bool = False) -> dict[str, np.ndarray]:
-        """Run on ``feeds`` (input name -> array); returns output name -> a new array owned by the caller."""
+    def run(self, feeds: Mapping[str, object], *, profile: bool = False,
+            device_outputs: bool = False) -> dict[str, np.ndarray]:
+        """Run on ``feeds`` (input name -> array); returns output name -> a new array owned by the caller.
+
+        On a device target (``target="cuda"``) a feed may be a device array (CuPy, or any object with the CUDA
+        Array Interface: it is read where it lies, not copied), and ``device_outputs=True`` returns the outputs
+        as device arrays (CuPy) instead of copying them to the host."""
         arrays = self._fast_feeds(feeds)
         if arrays is not None:
             state = self._specs[()]
@@ -150,6 +157,9 @@ class Plan:
         finally:
             governor.exit(token)
         self._runs.incr()
+        if self._memory.device and not device_outputs:   # one copy back per output, owned by the caller
+            to_host, on_device = self._memory.to_host, self._memory.is_device_array
+            outputs = [to_host(o) if on_device(o) else o for o in outputs]
         return dict(zip(self._out_names, outputs))
 
     def run_batches(self, feeds: Iterable[Mapping[str, object]], *, batch_size: int | None = None,
@@ -176,8 +186,10 @@ class Plan:
 
     def _checked(self, feeds: Mapping[str, object]) -> tuple[SpecState, list[np.ndarray]]:
         checked, _ = check_feeds(self._feed_specs, feeds)
-        arrays = [np.asarray(checked[name], order="C") if name in self._tensor_feeds else checked[name]
-                  for name, _ in self._feed_specs]
+        contiguous = self._memory.xp.ascontiguousarray if self._memory.device else None
+        arrays = [checked[name] if name not in self._tensor_feeds
+                  else contiguous(checked[name]) if contiguous and hasattr(checked[name], "__cuda_array_interface__")
+                  else np.asarray(checked[name], order="C") for name, _ in self._feed_specs]
         key = tuple(checked[name].shape for name in self._dynamic)
         state = self._specs.get(key)
         if state is None:

@@ -94,7 +94,8 @@ class _Writer:
         self.memory = memory_of(spec.options.target)
         self.device = self.memory.device
         self.namespace: dict[str, Any] = {"np_empty": self.memory.xp.empty if self.device else np.empty,
-                                          "np_copy": np.array, "copy_value": copy_value,
+                                          "np_copy": self.memory.xp.array if self.device else np.array,
+                                          "copy_value": copy_value,
                                           "clock": time.perf_counter_ns, "to_dev": self.memory.to_device,
                                           "to_host": self.memory.to_host}
         self._uploaded: dict[int, Any] = {}   # id of a known host value -> its device copy
@@ -231,9 +232,7 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
     returns, seen = [], set()
     for _, v in program.outputs:
         if v in spec.known:
-            returns.append(f"np_copy({w.const(spec.known[v])})")
-        elif w.device and spec.types[v] is not None and isinstance(spec.types[v], TensorType):
-            returns.append(f"to_host(v{v})")      # one copy back per output, owned by the caller
+            returns.append(f"np_copy({w.const(w._device(spec.known[v]))})")
         elif v in spec.memory.fresh and v not in seen:
             returns.append(f"v{v}")
         elif spec.types[v] is not None and not isinstance(spec.types[v], TensorType):
