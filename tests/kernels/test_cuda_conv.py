@@ -1,15 +1,72 @@
 """The direct depthwise convolution kernel (``tlc.kernels.cuda_conv``) under Numba's simulator (tests/conftest.py
-sets NUMBA_ENABLE_CUDASIM=1): its launch against numpy."""
+sets NUMBA_ENABLE_CUDASIM=1): depthwise convolutions of the cuda target's plans against the CPU plan (a library
+kernel, so it runs with jit="off" too), other convolutions left to columns, and the launch itself against numpy."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import tlc
 from tlc.kernels.cuda_conv import depthwise_conv2d
 
 cuda = pytest.importorskip("numba.cuda")
 pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="no CUDA device and no simulator")
+
+DIRECT = "direct depthwise kernel"
+
+
+def conv_graph(dtype: str, x_shape, w_shape, group: int, bias: bool, **attrs) -> tlc.Graph:
+    g = tlc.Graph("conv")
+    rng = np.random.default_rng(0)
+    inputs = [g.input("x", dtype, x_shape), g.constant(rng.standard_normal(w_shape).astype(dtype))]
+    if bias:
+        inputs.append(g.constant(rng.standard_normal(w_shape[0]).astype(dtype)))
+    g.output(g.add_node("Conv", inputs, group=group, **attrs), "y")
+    return g
+
+
+def device_against_cpu(g: tlc.Graph, x_shape, dtype: str) -> str:
+    """Runs ``g`` as a cuda plan and a CPU plan; returns the conv step's note."""
+    feeds = {"x": np.random.default_rng(1).standard_normal(x_shape).astype(dtype)}
+    want = tlc.compile(g, jit="off").run(feeds)["y"]
+    plan = tlc.compile(g, target="cuda", jit="off")
+    got = plan.run(feeds)["y"]
+    tolerance = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+    (step,) = plan.stats().steps
+    return step.reason
+
+
+GEOMETRIES = {
+    "3x3 stride 1 pad 1": dict(kernel=3, strides=[1, 1], pads=[1, 1, 1, 1]),
+    "3x3 stride 2 pads 0,0,1,1": dict(kernel=3, strides=[2, 2], pads=[0, 0, 1, 1]),
+    "5x5 dilation 2": dict(kernel=5, dilations=[2, 2], pads=[4, 4, 4, 4]),
+    "1x1": dict(kernel=1),
+    "3x2 strides 1,2 pads 1,2,0,1": dict(kernel=(3, 2), strides=[1, 2], pads=[1, 2, 0, 1]),
+    "3x3 same upper": dict(kernel=3, strides=[2, 2], auto_pad="SAME_UPPER"),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", list(GEOMETRIES))
+def test_depthwise_convs_run_the_direct_kernel_and_match_the_cpu_plan(name, dtype, bias):
+    geometry = dict(GEOMETRIES[name])
+    kernel = geometry.pop("kernel")
+    kh, kw = kernel if isinstance(kernel, tuple) else (kernel, kernel)
+    x_shape = (2, 3, 8, 7)
+    g = conv_graph(dtype, x_shape, (3, 1, kh, kw), 3, bias, **geometry)
+    assert DIRECT in device_against_cpu(g, x_shape, dtype)
+
+
+def test_other_convs_stay_columns():
+    grouped = conv_graph("float32", (1, 4, 5, 5), (4, 2, 3, 3), 2, True, pads=[1, 1, 1, 1])
+    assert DIRECT not in device_against_cpu(grouped, (1, 4, 5, 5), "float32")
+    multiplier = conv_graph("float32", (1, 2, 5, 5), (4, 1, 3, 3), 2, False)   # two outputs a channel
+    assert DIRECT not in device_against_cpu(multiplier, (1, 2, 5, 5), "float32")
+    one_d = conv_graph("float32", (1, 3, 6), (3, 1, 3), 3, False)
+    assert DIRECT not in device_against_cpu(one_d, (1, 3, 6), "float32")
 
 
 def depthwise_reference(x, w, bias, out_hw, strides, dilations, begins):

@@ -2,14 +2,15 @@
 ``ops``), read when a graph is lowered for ``target="cuda"``.
 
 Every step reads and writes device arrays (the plan is device-resident: ``tlc.runtime.device``). ``tlc.Fused``
-groups and lone elementwise ops in the target's dtypes are generated Numba CUDA kernels (``tlc.kernels.cuda``);
-products, convolutions, pooling, reductions, normalisations and data movement are written once against the array
-module ``xp``: CuPy on a GPU (cuBLAS for every product: convolutions as a strided window view copied to columns,
-then one batched product; transposed convolutions as a product then one strided add per tap; linear and cubic
-resizes as one product per resized axis), numpy under
-Numba's simulator, where device memory is host memory. Temporaries come from CuPy's memory pool (reused across
-runs, not from the arena). An op the table does not list runs its reference on the host, its inputs copied from
-the device and its results back, and ``plan.stats()`` lists it with that reason: nothing falls back silently.
+groups and lone elementwise ops in the target's dtypes are generated Numba CUDA kernels (``tlc.kernels.cuda``),
+2-D depthwise convolutions a library kernel (``tlc.kernels.cuda_conv``); products, other convolutions, pooling,
+reductions, normalisations and data movement are written once against the array module ``xp``: CuPy on a GPU
+(cuBLAS for every product: convolutions as a strided window view copied to columns, then one batched product;
+transposed convolutions as a product then one strided add per tap; linear and cubic resizes as one product per
+resized axis), numpy under Numba's simulator, where device memory is host memory. Temporaries come from CuPy's
+memory pool (reused across runs, not from the arena). An op the table does not list runs its reference on the
+host, its inputs copied from the device and its results back, and ``plan.stats()`` lists it with that reason:
+nothing falls back silently.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ from .options import CompileOptions
 
 Factory = Callable[[dict[str, Any], Node, CompileOptions], StepImpl]
 Make = Callable[..., None]     # fn(*inputs, *outputs): writes the outputs on the device
+Made = Make | tuple[Make, str]  # a Make, or a Make and the step's note when it is not the class's ``what``
 
 
 class DeviceImpl(StepImpl):
     """A step written against the array module: ``make(ctx, xp, memory)`` returns ``fn(*inputs, *outputs)``,
-    which computes into the planned device outputs."""
+    which computes into the planned device outputs (or ``(fn, note)`` when it chose what the note must say)."""
 
     mode = "library"
     what = ""
@@ -55,11 +57,12 @@ class DeviceImpl(StepImpl):
     def bind(self, ctx: BindContext) -> Bound:
         ctx.out_shapes()
         memory = memory_of(ctx.options.target)
-        fn = self.make(ctx, memory.xp, memory)
+        made = self.make(ctx, memory.xp, memory)
+        fn, note = made if isinstance(made, tuple) else (made, f"{self.reason} ({memory.xp.__name__})")
         args = tuple(V(i) for i in ctx.inputs) + tuple(V(o) for o in ctx.outputs)
-        return Bound([Call(fn, args)], note=f"{self.reason} ({memory.xp.__name__})")
+        return Bound([Call(fn, args)], note=note)
 
-    def make(self, ctx: BindContext, xp, memory) -> Make:
+    def make(self, ctx: BindContext, xp, memory) -> Made:
         raise NotImplementedError
 
 
@@ -119,7 +122,10 @@ def _strided(xp):
 
 class ConvImpl(DeviceImpl):
     """N-D grouped, dilated convolution: columns (a strided window view of the padded input, copied once), then
-    one batched product over (image, group); a 1x1 convolution of stride 1 reads the input as its columns."""
+    one batched product over (image, group); a 1x1 convolution of stride 1 reads the input as its columns. A 2-D
+    depthwise convolution (group == C == M) in float32 or float64 is the direct kernel of
+    ``tlc.kernels.cuda_conv`` instead (a batched product of one row by kh*kw rows per channel is slow on a GPU).
+    """
 
     what = "conv as columns and one batched matmul"
 
@@ -132,6 +138,29 @@ class ConvImpl(DeviceImpl):
         if not spatial or c != cg * group or m % group:
             raise NotNative(f"Conv of X {list(x_shape)}, W {list(w_shape)}, group {group}")
         window, begins, ends = spatial_window(self.attrs, tuple(kernel), tuple(spatial))
+        if group == c == m and len(spatial) == 2 and ctx.out_dtype().name in ("float32", "float64"):
+            return self._depthwise(ctx, window, begins), "direct depthwise kernel (cuda.jit)"
+        return self._columns(ctx, xp, window, begins, ends)
+
+    def _depthwise(self, ctx, window, begins) -> Make:
+        from ..kernels.cuda_conv import depthwise_conv2d  # numba.cuda: imported by the plans that use it
+
+        x_shape, w_shape = ctx.in_shapes()[:2]
+        launch = depthwise_conv2d(x_shape, w_shape, ctx.out_shapes()[0], window.strides, window.dilations, begins,
+                                  ctx.out_dtype())
+        with_bias = len(ctx.inputs) > 2 and ctx.in_types[2] is not None
+
+        def fn(x, w, *rest):
+            launch(x, w, rest[0] if with_bias else None, rest[-1])
+
+        return fn
+
+    def _columns(self, ctx, xp, window, begins, ends) -> Make:
+        x_shape, w_shape = ctx.in_shapes()[:2]
+        (y_shape,) = ctx.out_shapes()[:1]
+        n, c, *spatial = x_shape
+        m, cg, *kernel = w_shape
+        group = int(self.attrs.get("group", 1))
         out_spatial = tuple(y_shape[2:])
         mg, taps, positions = m // group, math.prod(kernel), math.prod(out_spatial)
         rank = len(spatial)
