@@ -728,7 +728,8 @@ class EpilogueImpl(native.EpilogueImpl):
         scratch = native.Scratch()
         acc = (V(ctx.outputs[0]), F(ctx.outputs[0])) if in_place else native._scratch_pair(scratch, acc_type)
         head = make_head(self.head_attrs, self.head, ctx.options)
-        head_fn = head.make(sub, memory.xp, memory)
+        made = head.make(sub, memory.xp, memory)
+        head_fn, head_note = made if isinstance(made, tuple) else (made, head.reason)
         head_args = tuple(None if s is None else V(ctx.inputs[s[1]]) if s[0] == "in"
                           else memory.to_device(np.ascontiguousarray(s[1])) for s in self.c_sources)
         head_call = Call(head_fn, head_args + (acc[0],))
@@ -739,7 +740,7 @@ class EpilogueImpl(native.EpilogueImpl):
                                    "epilogue kernel", fixed_alias=alias)
         request = KernelRequest("epilogue", ew.build,
                                        lambda kernel, _: [head_call] + copies + ew.calls(kernel, None))
-        return Bound(fallback_calls(ctx), mode="native", note=f"{head.reason} + epilogue kernel",
+        return Bound(fallback_calls(ctx), mode="native", note=f"{head_note} + epilogue kernel",
                      workspace=scratch.shapes, request=request)
 
 
