@@ -107,3 +107,17 @@ def test_a_launch_with_no_output_does_nothing_and_other_dtypes_are_refused():
            np.zeros((0, 3, 2, 2), np.float32))
     with pytest.raises(ValueError, match="no depthwise kernel"):
         depthwise_conv2d((1, 3, 4, 4), (3, 1, 3, 3), (1, 3, 2, 2), (1, 1), (1, 1), (0, 0), np.float16)
+
+
+def test_the_device_signature_is_what_numba_compiles():
+    """The simulator never compiles: the signature a GPU compiles ahead of the first launch is checked here (a
+    wrong type name in it failed on an H100 only)."""
+    import numba
+    from numba.core.sigutils import normalize_signature
+
+    from tlc.kernels.cuda_conv import _signature
+
+    for dtype in ("float32", "float64"):
+        sig = _signature(np.dtype(dtype))
+        args, _ = normalize_signature(sig)
+        assert len(args) == 12 and args[0] == numba.types.Array(numba.from_dtype(np.dtype(dtype)), 4, "C")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numba
 import numpy as np
 from numba import cuda, types
 
@@ -55,7 +56,7 @@ def _depthwise_kernel(x, w, bias, out, kh, kw, sh, sw, dh, dw, ph, pw):
 
 
 def _signature(dtype: np.dtype) -> tuple:
-    element = types.from_dtype(dtype)
+    element = numba.from_dtype(dtype)
     plane = types.Array(element, 4, "C")
     return (plane, plane, types.Array(element, 1, "C"), plane) + (types.int64,) * 8
 

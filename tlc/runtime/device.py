@@ -47,6 +47,10 @@ class Memory:
     def is_device_array(self, a) -> bool:
         return isinstance(a, np.ndarray)
 
+    def copy(self, a):
+        """A copy of ``a`` where it lies (a graph output the caller will own)."""
+        return np.array(a)
+
     def synchronize(self) -> None:
         pass
 
@@ -91,6 +95,10 @@ class CudaMemory(Memory):
 
     def is_device_array(self, a) -> bool:
         return isinstance(a, self.xp.ndarray)
+
+    def copy(self, a):
+        # an array of a dtype CuPy cannot hold came from a host step and stays on the host
+        return self.xp.array(a) if self.is_device_array(a) else np.array(a)
 
     def synchronize(self) -> None:
         if not self.simulated:

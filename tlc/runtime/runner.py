@@ -94,7 +94,7 @@ class _Writer:
         self.memory = memory_of(spec.options.target)
         self.device = self.memory.device
         self.namespace: dict[str, Any] = {"np_empty": self.memory.xp.empty if self.device else np.empty,
-                                          "np_copy": self.memory.xp.array if self.device else np.array,
+                                          "np_copy": self.memory.copy if self.device else np.array,
                                           "copy_value": copy_value,
                                           "clock": time.perf_counter_ns, "to_dev": self.memory.to_device,
                                           "to_host": self.memory.to_host}
