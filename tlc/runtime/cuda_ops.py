@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -139,7 +140,13 @@ class ConvImpl(DeviceImpl):
             raise NotNative(f"Conv of X {list(x_shape)}, W {list(w_shape)}, group {group}")
         window, begins, ends = spatial_window(self.attrs, tuple(kernel), tuple(spatial))
         if group == c == m and len(spatial) == 2 and ctx.out_dtype().name in ("float32", "float64"):
-            return self._depthwise(ctx, window, begins), "direct depthwise kernel (cuda.jit)"
+            try:
+                return self._depthwise(ctx, window, begins), "direct depthwise kernel (cuda.jit)"
+            except Exception as exc:  # noqa: BLE001 - Numba cannot compile it for this device: columns, said so
+                reason = f"the direct depthwise kernel could not be compiled ({type(exc).__name__}: {exc})"
+                warnings.warn(f"{reason}; depthwise convolutions run as columns and a batched matmul",
+                              RuntimeWarning, stacklevel=2)
+                return self._columns(ctx, xp, window, begins, ends), f"{self.reason}: {reason}"
         return self._columns(ctx, xp, window, begins, ends)
 
     def _depthwise(self, ctx, window, begins) -> Make:
