@@ -27,6 +27,7 @@ from ..errors import CompileError
 from ..ir.graph import TLC_DOMAIN, Node
 from ..kernels import split_epilogue
 from ..kernels.plan import typed_body
+from ..ops import recurrent as recurrent_ops
 from ..ops import resize as resize_ops
 from ..ops.conv import transpose_attrs, transpose_axis
 from ..ops.window import make_window
@@ -668,6 +669,74 @@ def _resize(attrs, node, options):
     return (IndexMapImpl if mode in ("nearest", b"nearest") else ResizeImpl)(attrs, node, options)
 
 
+class RecurrentImpl(DeviceImpl):
+    """RNN, GRU and LSTM on the device with the registry's own cells (``tlc.ops.recurrent``: the step functions
+    and activations are written in numpy's API, so they take CuPy arrays): the whole sequence projected through
+    W in one product per direction, then one step a time step. Every sequence runs its full length: a
+    ``sequence_lens`` input that is not the constant full length runs the reference on the host."""
+
+    what = "one projection product, then the registry's cell a step"
+
+    def make(self, ctx, xp, memory):
+        (rec,) = [r for r in recurrent_ops.RECURRENCES if r.name == self.node.op]
+        attrs = self.attrs
+        dtype = ctx.out_dtype()
+        if dtype.name not in ("float32", "float64"):
+            raise NotNative(f"{rec.name} of {dtype} runs the reference (which computes float16 in float32)")
+        try:
+            directions, acts = recurrent_ops._settings(attrs, rec)
+        except ValueError as exc:
+            raise NotNative(str(exc)) from None
+        x_shape, _, r_shape = ctx.in_shapes()[:3]
+        batch_first = attrs["layout"] == 1
+        seq, batch = (x_shape[1], x_shape[0]) if batch_first else (x_shape[0], x_shape[1])
+        hidden = r_shape[2]
+        if attrs["hidden_size"] not in (None, hidden) or 0 in (seq, batch, hidden):
+            raise NotNative(f"X {list(x_shape)}, R {list(r_shape)}: the reference")
+        if len(ctx.inputs) > 4 and ctx.in_types[4] is not None:
+            lens = ctx.const(4)
+            if lens is None or not np.all(np.asarray(lens) == seq):
+                raise NotNative("sequence_lens that are not the constant full length: the reference")
+        gh, n_in = rec.gates * hidden, len(ctx.inputs)
+        reverse = [attrs["direction"] == "reverse" or d == 1 for d in range(directions)]
+
+        def fn(*arrays):
+            x, w, r = arrays[:3]
+            opt = list(arrays[3:n_in]) + [None] * (8 - n_in)
+            b, h0, c0, p = opt[0], opt[2], opt[3], opt[4]
+            outs = arrays[n_in:]
+            if batch_first:
+                x = x.transpose(1, 0, 2)
+            initial = [h0, c0][:rec.states]
+            if batch_first:
+                initial = [None if v is None else v.transpose(1, 0, 2) for v in initial]
+            y = xp.empty((seq, directions, batch, hidden), dtype)
+            finals = [xp.empty((directions, batch, hidden), dtype) for _ in range(rec.states)]
+            flat = x.reshape(seq * batch, -1)
+            for d in range(directions):
+                xw = xp.matmul(flat, w[d].T).reshape(seq, batch, gh)
+                rb = None
+                if b is not None:
+                    xw += b[d, :gh]
+                    rb = b[d, gh:]
+                else:
+                    rb = xp.zeros(gh, dtype)
+                state = tuple(xp.zeros((batch, hidden), dtype) if v is None else v[d] for v in initial)
+                for step in range(seq):
+                    t = seq - 1 - step if reverse[d] else step
+                    state = rec.step(xw[t], state, r[d], rb, None if p is None else p[d], acts[d], attrs)
+                    y[t, d] = state[0]
+                for final, value in zip(finals, state):
+                    final[d] = value
+            results = [y.transpose(2, 0, 1, 3) if batch_first else y]
+            results += [f.transpose(1, 0, 2) if batch_first else f for f in finals]
+            for out, value in zip(outs, results):
+                if out is not None:
+                    xp.copyto(out, value)
+
+        return fn
+
+
 # ---------------------------------------------------------------------------- generated kernels
 class ElementwiseImpl(native.ElementwiseImpl):
     """A lone elementwise op in the target's dtypes: a one-op generated CUDA kernel; in other dtypes (integer
@@ -790,6 +859,7 @@ CUDA_OPS: dict[str, Factory] = {
     "Cast": _kernel_or(CastImpl),
     "Where": _kernel_or(WhereImpl),
     "Resize": _resize,
+    "RNN": RecurrentImpl, "GRU": RecurrentImpl, "LSTM": RecurrentImpl,
     "Upsample": _single(IndexMapImpl),
     "DepthToSpace": _single(IndexMapImpl),
     "SpaceToDepth": _single(IndexMapImpl),
