@@ -84,10 +84,14 @@ def quick_cases_for(*ops: str) -> list:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for op in ops:
-            try:
-                importlib.import_module(f"{node.__name__}.{op.lower()}")
-            except ModuleNotFoundError:  # some modules are snake case: causal_conv_with_state
-                importlib.import_module(f"{node.__name__}.{re.sub(r'(?<!^)(?=[A-Z])', '_', op).lower()}")
+            names = (op.lower(), re.sub(r"(?<!^)(?=[A-Z])", "_", op).lower(), f"{op.lower()}_")   # if_: a keyword
+            for k, name in enumerate(names):
+                try:
+                    importlib.import_module(f"{node.__name__}.{name}")
+                    break
+                except ModuleNotFoundError:  # some modules are snake case: causal_conv_with_state
+                    if k == len(names) - 1:
+                        raise
     wanted = set(ops)
     # NOTE: _NodeTestCases is where onnx's ``expect`` records every case it builds
     return [c for c in node._NodeTestCases if c.model.graph.node and c.model.graph.node[0].op_type in wanted]

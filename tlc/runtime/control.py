@@ -46,6 +46,7 @@ from ..ir.graph import Graph, Node
 from ..ir.types import TensorType, is_tensor
 from ..ops.control import num_captures
 from .bound import Bound, Call, KernelRequest, NotNative, V
+from .device import memory_of
 from .impl import BindContext, StepImpl
 from .jit import Job
 from .options import CompileOptions
@@ -259,8 +260,9 @@ class BodyRun:
             self.shapes = None
 
 
-def _contiguous(a):
-    return a if a is None or a.flags.c_contiguous else np.ascontiguousarray(a)
+def _contiguous(a, xp=np):
+    """``a`` C-contiguous, in the array module of the plan (numpy, or CuPy for a device plan)."""
+    return a if a is None or a.flags.c_contiguous else xp.ascontiguousarray(a)
 
 
 def _fail(node: Node, exc: Exception) -> ExecutionError:
@@ -320,11 +322,13 @@ class Rows:
     known), at ``length - 1 - t`` where ``reverse``; rows collected and stacked at the end when the length is
     not known (a Loop without M) or the array would be large for a loop that may exit early."""
 
-    __slots__ = ("full", "rows", "owned", "length", "axis", "reverse", "items", "what")
+    __slots__ = ("full", "rows", "owned", "length", "axis", "reverse", "items", "what", "xp")
 
-    def __init__(self, planned: np.ndarray | None, axis: int, length: int | None, reverse: bool, what: str):
+    def __init__(self, planned: np.ndarray | None, axis: int, length: int | None, reverse: bool, what: str,
+                 xp=np):
+        self.xp = xp     # the plan's array module: numpy, or CuPy where the rows live on a device
         self.full, self.owned = planned, planned is None
-        self.rows = None if planned is None else np.moveaxis(planned, axis % planned.ndim, 0)
+        self.rows = None if planned is None else xp.moveaxis(planned, axis % planned.ndim, 0)
         self.length, self.axis, self.reverse, self.what = length, axis, reverse, what
         self.items: list[np.ndarray] | None = None
 
@@ -338,8 +342,8 @@ class Rows:
                 return
             shape = list(y.shape)
             shape.insert(self.axis % (y.ndim + 1), self.length)
-            self.full = np.empty(shape, y.dtype)
-            rows = self.rows = np.moveaxis(self.full, self.axis % (y.ndim + 1), 0)
+            self.full = self.xp.empty(shape, y.dtype)
+            rows = self.rows = self.xp.moveaxis(self.full, self.axis % (y.ndim + 1), 0)
         if y.shape != rows.shape[1:]:
             raise ExecutionError(f"{self.what} has shape {list(y.shape)} in iteration {t}, "
                                  f"{list(rows.shape[1:])} before")
@@ -349,11 +353,11 @@ class Rows:
         """The stacked output after ``count`` rows (the body's declared row type shapes an empty one)."""
         if self.items is not None:
             items = self.items[::-1] if self.reverse else self.items
-            return np.stack(items, axis=self.axis % (items[0].ndim + 1))
+            return self.xp.stack(items, axis=self.axis % (items[0].ndim + 1))
         if self.full is None:
             inner = list(declared.shape) if isinstance(declared, TensorType) and declared.is_static else []
             inner.insert(self.axis if self.axis >= 0 else len(inner) + 1 + self.axis, 0)
-            return np.zeros(inner, np.dtype(declared.dtype) if isinstance(declared, TensorType) else np.float32)
+            return self.xp.zeros(inner, np.dtype(declared.dtype) if isinstance(declared, TensorType) else np.float32)
         if count == self.length:
             return self.full
         if self.owned and not self.reverse and self.axis % self.full.ndim == 0:
@@ -372,7 +376,7 @@ def _constants(ctx: BindContext, first_port: int, first_position: int) -> dict[i
     return found
 
 
-def _iterations(node: Node, body, kind: str, iterate, rows: list, scan_types: list, outs: tuple | None):
+def _iterations(node: Node, body, kind: str, iterate, rows: list, scan_types: list, outs: tuple | None, xp=np):
     """Run a Loop's or Scan's ``iterate(run) -> (carried values, iterations)`` on one ``BodyRun`` of ``body``,
     then stack the scan outputs ``rows``; the carried values go into the planned ``outs`` (returns None) or are
     returned with the scans (``outs`` None). A body's error names the node."""
@@ -385,16 +389,16 @@ def _iterations(node: Node, body, kind: str, iterate, rows: list, scan_types: li
     finally:
         run.close()
     if outs is not None:
-        _finish(outs, carried, kind)
+        _finish(outs, carried, kind, xp)
         return None
     return carried + scans
 
 
-def _finish(outs: tuple, values: list, what: str) -> None:
+def _finish(outs: tuple, values: list, what: str, xp=np) -> None:
     for out, value in zip(outs, values):
         if out.shape != value.shape:
             raise ExecutionError(f"{what}: a final value has shape {list(value.shape)}, planned {list(out.shape)}")
-        np.copyto(out, value)
+        xp.copyto(out, value)
 
 
 # ---------------------------------------------------------------------------- If
@@ -419,6 +423,7 @@ class IfImpl(StepImpl):
         # next (a branch's outputs are fresh arrays, never its arena's): an If in a Loop's body took ~3 us an
         # iteration to look its branch's specialization up and take and give back an arena
         local = threading.local()
+        xp = memory_of(ctx.options.target).xp
 
         def run_if(cond, *captures):
             if cond is None or cond.size != 1:
@@ -429,7 +434,7 @@ class IfImpl(StepImpl):
                 runs = local.runs = (BodyRun(then_b), BodyRun(else_b))
             run = runs[0] if cond.reshape(-1)[0] else runs[1]
             try:
-                return run.held([_contiguous(c) for c in captures])
+                return run.held([_contiguous(c, xp) for c in captures])
             except TlcError as exc:
                 raise _fail(node, exc) from exc
 
@@ -462,17 +467,19 @@ class LoopImpl(StepImpl):
         body.prepare(types)
         writes = _static_outputs(ctx)
         scan_types, node, num_in = self.scan_types, ctx.node, len(ctx.inputs)
+        xp = memory_of(ctx.options.target).xp
 
         def run_loop(*arrays):
             m, cond = (arrays[:num_in] + (None, None))[:2]
-            carried = [_contiguous(c) for c in arrays[2:2 + n]]
-            captures = [_contiguous(c) for c in arrays[2 + n:num_in]]
+            carried = [_contiguous(c, xp) for c in arrays[2:2 + n]]
+            captures = [_contiguous(c, xp) for c in arrays[2 + n:num_in]]
             outs = arrays[num_in:]
             trip = None if m is None else int(m.reshape(-1)[0])
             keep = True if cond is None else bool(cond.reshape(-1)[0])
             # NOTE: one array for the iteration number, set in place: a body's outputs never alias its feeds
             it, true = np.zeros(iter_shape, np.int64), np.ones(cond_shape, bool)
-            rows = [Rows(outs[n + j] if writes else None, 0, trip, False, f"scan output {j}") for j in range(k_scan)]
+            rows = [Rows(outs[n + j] if writes else None, 0, trip, False, f"scan output {j}", xp)
+                    for j in range(k_scan)]
 
             def iterate(run: BodyRun) -> tuple[list, int]:
                 state, go, i = carried, keep, 0
@@ -486,7 +493,7 @@ class LoopImpl(StepImpl):
                     i += 1
                 return state, i
 
-            return _iterations(node, body, "Loop", iterate, rows, scan_types, outs[:n] if writes else None)
+            return _iterations(node, body, "Loop", iterate, rows, scan_types, outs[:n] if writes else None, xp)
 
         return _bound(ctx, [body], run_loop, writes, f"Loop: compiled body ({body.steps} steps)")
 
@@ -529,19 +536,20 @@ class ScanImpl(StepImpl):
         writes = _static_outputs(ctx)
         in_axes, in_dirs, out_axes, out_dirs = self.in_axes, self.in_dirs, self.out_axes, self.out_dirs
         out_types, node, num_in = self.out_types, ctx.node, len(ctx.inputs)
+        xp = memory_of(ctx.options.target).xp
 
         def run_scan(*arrays):
             inputs, outs = arrays[:num_in], arrays[num_in:]
-            states = [_contiguous(s) for s in inputs[:n]]
-            captures = [_contiguous(c) for c in inputs[n + m:]]
+            states = [_contiguous(s, xp) for s in inputs[:n]]
+            captures = [_contiguous(c, xp) for c in inputs[n + m:]]
             # NOTE: the scan axis moved first once, so each iteration's slice is a contiguous view
-            xs = [np.ascontiguousarray(np.moveaxis(x, a % x.ndim, 0)) for x, a in zip(inputs[n:n + m], in_axes)]
+            xs = [xp.ascontiguousarray(xp.moveaxis(x, a % x.ndim, 0)) for x, a in zip(inputs[n:n + m], in_axes)]
             lengths = {x.shape[0] for x in xs}
             if len(lengths) != 1:
                 raise _fail(node, ExecutionError(f"the scan inputs have different lengths {sorted(lengths)}"))
             (steps,) = lengths
             rows = [Rows(outs[n + j] if writes else None, out_axes[j], steps, bool(out_dirs[j]),
-                         f"scan output {j}") for j in range(k_out)]
+                         f"scan output {j}", xp) for j in range(k_out)]
 
             def iterate(run: BodyRun) -> tuple[list, int]:
                 state = states
@@ -553,6 +561,6 @@ class ScanImpl(StepImpl):
                         rows[j].put(t, results[n + j])
                 return state, steps
 
-            return _iterations(node, body, "Scan", iterate, rows, out_types, outs[:n] if writes else None)
+            return _iterations(node, body, "Scan", iterate, rows, out_types, outs[:n] if writes else None, xp)
 
         return _bound(ctx, [body], run_scan, writes, f"Scan: compiled body ({body.steps} steps)")

@@ -33,6 +33,7 @@ from ..ops.conv import transpose_attrs, transpose_axis
 from ..ops.window import make_window
 from . import native
 from .bound import Bound, Call, F, KernelRequest, NotNative, V
+from .control import IfImpl, LoopImpl, ScanImpl
 from .device import memory_of
 from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 from .library import ViewImpl
@@ -860,6 +861,7 @@ CUDA_OPS: dict[str, Factory] = {
     "Where": _kernel_or(WhereImpl),
     "Resize": _resize,
     "RNN": RecurrentImpl, "GRU": RecurrentImpl, "LSTM": RecurrentImpl,
+    "If": IfImpl, "Loop": LoopImpl, "Scan": ScanImpl,
     "Upsample": _single(IndexMapImpl),
     "DepthToSpace": _single(IndexMapImpl),
     "SpaceToDepth": _single(IndexMapImpl),
