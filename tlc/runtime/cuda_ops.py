@@ -27,6 +27,7 @@ from ..errors import CompileError
 from ..ir.graph import TLC_DOMAIN, Node
 from ..kernels import split_epilogue
 from ..kernels.plan import typed_body
+from ..ops import quant as quant_ops
 from ..ops import recurrent as recurrent_ops
 from ..ops import resize as resize_ops
 from ..ops.conv import transpose_attrs, transpose_axis
@@ -164,7 +165,9 @@ class ConvImpl(DeviceImpl):
 
         return fn
 
-    def _columns(self, ctx, xp, window, begins, ends) -> Make:
+    def _columns(self, ctx, xp, window, begins, ends, dtype=None, with_bias=None) -> Make:
+        """``fn(x, w, [bias,] out)``; ``dtype`` and ``with_bias`` override the step's (QLinearConv's exact float64
+        integer product)."""
         x_shape, w_shape = ctx.in_shapes()[:2]
         (y_shape,) = ctx.out_shapes()[:1]
         n, c, *spatial = x_shape
@@ -178,8 +181,9 @@ class ConvImpl(DeviceImpl):
         padded_shape = (n, c) + tuple(b + s + e for b, s, e in zip(begins, spatial, ends))
         inner = (slice(None), slice(None)) + tuple(slice(b, b + s) for b, s in zip(begins, spatial))
         as_strided = _strided(xp)
-        with_bias = len(ctx.inputs) > 2 and ctx.in_types[2] is not None
-        dtype = ctx.out_dtype()
+        if with_bias is None:
+            with_bias = len(ctx.inputs) > 2 and ctx.in_types[2] is not None
+        dtype = ctx.out_dtype() if dtype is None else np.dtype(dtype)
 
         def fn(x, w, *rest):
             out = rest[-1]
@@ -738,6 +742,140 @@ class RecurrentImpl(DeviceImpl):
         return fn
 
 
+# ---------------------------------------------------------------------------- quantized arithmetic
+def _integer_output(dtype: np.dtype) -> tuple[int, int]:
+    """The range of a quantized integer type CuPy holds (8 and 16 bits; int4, int2 and the float8 types: the
+    reference)."""
+    if dtype.name not in quant_ops.INTEGER_RANGES or dtype.name not in _CAST_DTYPES:
+        raise NotNative(f"a quantized {dtype} (not an 8- or 16-bit integer type) runs the reference")
+    return quant_ops.INTEGER_RANGES[dtype.name]
+
+
+def _requantize(xp, real, y_scale, y_zero, lo: int, hi: int, out) -> None:
+    """``out`` = saturate(rint(real / y_scale) + y_zero), in float64 as the registry's reference computes it."""
+    q = xp.rint(real / y_scale.astype(np.float64))
+    if y_zero is not None:
+        q += y_zero.astype(np.float64)
+    xp.copyto(out, xp.clip(q, lo, hi), casting="unsafe")
+
+
+def _param(p, shape: tuple[int, ...], axis: int):
+    """A per-tensor or per-axis scale or zero point shaped to broadcast against ``shape``."""
+    if p.size == 1:
+        return p.reshape(())
+    return p.reshape([-1 if i == axis % len(shape) else 1 for i in range(len(shape))])
+
+
+class QuantizeImpl(DeviceImpl):
+    """QuantizeLinear to an integer type, per tensor or per axis: x / scale in the reference's division type,
+    rounded to nearest even, the zero point added, saturated."""
+
+    what = "quantize"
+
+    def make(self, ctx, xp, memory):
+        a = self.attrs
+        lo, hi = _integer_output(ctx.out_dtype())
+        if a.get("block_size") or a.get("precision"):
+            raise NotNative("blocked or precision-set QuantizeLinear runs the reference")
+        if ctx.in_types[1].dtype not in ("float32", "float16"):
+            raise NotNative(f"a {ctx.in_types[1].dtype} scale runs the reference")
+        shape, axis = tuple(ctx.in_shapes()[0]), int(a.get("axis", 1))
+        division = np.dtype(ctx.in_types[1].dtype)
+
+        def fn(x, scale, *rest):
+            zero, out = (rest[0] if len(rest) > 1 else None), rest[-1]
+            q = xp.rint(x.astype(division) / _param(scale, shape, axis).astype(division))
+            if zero is not None:
+                q = q.astype(np.int64) + _param(zero, shape, axis).astype(np.int64)
+            xp.copyto(out, xp.clip(q, lo, hi), casting="unsafe")
+
+        return fn
+
+
+class DequantizeImpl(DeviceImpl):
+    """DequantizeLinear of an integer type, per tensor or per axis: (x - zero) * scale in the output type."""
+
+    what = "dequantize"
+
+    def make(self, ctx, xp, memory):
+        a = self.attrs
+        _integer_output(np.dtype(ctx.in_types[0].dtype))
+        if a.get("block_size"):
+            raise NotNative("blocked DequantizeLinear runs the reference")
+        out_dtype = ctx.out_dtype()
+        if out_dtype.name not in ("float32", "float16", "float64") or ctx.in_types[1].dtype not in (
+                "float32", "float16", "float64"):
+            raise NotNative(f"DequantizeLinear to {out_dtype} runs the reference")
+        shape, axis = tuple(ctx.in_shapes()[0]), int(a.get("axis", 1))
+
+        def fn(x, scale, *rest):
+            zero, out = (rest[0] if len(rest) > 1 else None), rest[-1]
+            v = x.astype(np.int64)
+            if zero is not None:
+                v = v - _param(zero, shape, axis).astype(np.int64)
+            xp.multiply(v.astype(out_dtype), _param(scale, shape, axis).astype(out_dtype), out=out)
+
+        return fn
+
+
+class QLinearMatMulImpl(DeviceImpl):
+    """QLinearMatMul: the exact integer product as a float64 product of the centred operands (exact below 2^53),
+    scaled and requantized in float64 as the reference does."""
+
+    what = "quantized matmul (float64 product of integers)"
+
+    def make(self, ctx, xp, memory):
+        lo, hi = _integer_output(ctx.out_dtype())
+        a_shape = ctx.in_shapes()[0]
+
+        def row(p):   # A's per-row parameter
+            return p.reshape(-1, 1) if p.ndim == 1 and p.size > 1 and len(a_shape) >= 2 else p
+
+        def fn(a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero, out):
+            ac = a.astype(np.float64) - row(a_zero).astype(np.float64)
+            bc = b.astype(np.float64) - b_zero.astype(np.float64)
+            real = xp.matmul(ac, bc) * row(a_scale).astype(np.float64) * b_scale.astype(np.float64)
+            _requantize(xp, real.reshape(out.shape), y_scale, y_zero, lo, hi, out)
+
+        return fn
+
+
+class QLinearConvImpl(ConvImpl):
+    """QLinearConv: the convolution's columns and batched product in float64 on the centred integers (exact),
+    plus the int32 bias, scaled and requantized in float64 as the reference does."""
+
+    what = "quantized conv (float64 columns and product of integers)"
+
+    def make(self, ctx, xp, memory):
+        lo, hi = _integer_output(ctx.out_dtype())
+        x_shape, w_shape = ctx.in_shapes()[0], ctx.in_shapes()[3]
+        (y_shape,) = ctx.out_shapes()[:1]
+        sub = BindContext(ctx.node, ctx.attrs, (ctx.inputs[0], ctx.inputs[3]), ctx.outputs,
+                          [ctx.in_types[0], ctx.in_types[3]], list(ctx.out_types), ctx.known, ctx.strides,
+                          ctx.options, ctx.run_node)
+        spatial = tuple(x_shape[2:])
+        window, begins, ends = spatial_window(self.attrs, tuple(w_shape[2:]), spatial)
+        conv = self._columns(sub, xp, window, begins, ends, dtype=np.float64, with_bias=False)
+        channel = (1, -1) + (1,) * len(spatial)
+        with_bias = len(ctx.inputs) > 8 and ctx.in_types[8] is not None
+
+        def fn(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, *rest):
+            out = rest[-1]
+            xc = x.astype(np.float64) - x_zero.reshape(()).astype(np.float64)
+            wz = w_zero.reshape(()) if w_zero.size == 1 else w_zero.reshape((-1,) + (1,) * (len(w_shape) - 1))
+            wc = w.astype(np.float64) - wz.astype(np.float64)
+            acc = xp.empty(tuple(y_shape), np.float64)
+            conv(xc, wc, acc)
+            if with_bias:
+                acc += rest[0].astype(np.float64).reshape(channel)
+            ws = w_scale.astype(np.float64)
+            ws = ws.reshape(()) if ws.size == 1 else ws.reshape(channel)
+            _requantize(xp, acc * (x_scale.astype(np.float64).reshape(()) * ws), y_scale.reshape(()),
+                        y_zero.reshape(()), lo, hi, out)
+
+        return fn
+
+
 # ---------------------------------------------------------------------------- generated kernels
 class ElementwiseImpl(native.ElementwiseImpl):
     """A lone elementwise op in the target's dtypes: a one-op generated CUDA kernel; in other dtypes (integer
@@ -862,6 +1000,8 @@ CUDA_OPS: dict[str, Factory] = {
     "Resize": _resize,
     "RNN": RecurrentImpl, "GRU": RecurrentImpl, "LSTM": RecurrentImpl,
     "If": IfImpl, "Loop": LoopImpl, "Scan": ScanImpl,
+    "QuantizeLinear": _single(QuantizeImpl), "DequantizeLinear": _single(DequantizeImpl),
+    "QLinearMatMul": _single(QLinearMatMulImpl), "QLinearConv": _single(QLinearConvImpl),
     "Upsample": _single(IndexMapImpl),
     "DepthToSpace": _single(IndexMapImpl),
     "SpaceToDepth": _single(IndexMapImpl),
