@@ -180,7 +180,7 @@ class Recurrence:
         return 1 + self.states
 
 
-def _settings(attrs: dict, rec: Recurrence) -> tuple[int, list[list[Activation]]]:
+def settings(attrs: dict, rec: Recurrence) -> tuple[int, list[list[Activation]]]:
     """(num_directions, activations per direction); ValueError names a bad attribute."""
     direction = attrs["direction"]
     if direction not in DIRECTIONS:
@@ -207,7 +207,7 @@ def sequence_lengths(lens: np.ndarray | None, seq: int, batch: int) -> np.ndarra
 def run_recurrence(rec: Recurrence, x, w, r, b=None, sequence_lens=None, initial_h=None, initial_c=None, p=None,
                    **attrs) -> list[np.ndarray]:
     """[Y, Y_h] (RNN, GRU) or [Y, Y_h, Y_c] (LSTM), in the node's layout and X's dtype."""
-    num_directions, acts = _settings(attrs, rec)
+    num_directions, acts = settings(attrs, rec)
     dtype = x.dtype
     work = np.float32 if dtype == np.float16 else dtype
     batch_first = attrs["layout"] == 1
@@ -286,7 +286,7 @@ def _infer(ctx: InferContext, rec: Recurrence) -> list[TensorType]:
     if ctx.node.num_outputs > rec.max_outputs:
         ctx.fail(f"{ctx.node.num_outputs} outputs; {rec.name} has at most {rec.max_outputs}")
     try:
-        num_directions, _ = _settings(ctx.attrs, rec)
+        num_directions, _ = settings(ctx.attrs, rec)
     except ValueError as exc:
         ctx.fail(str(exc))
     batch_first = ctx.attrs["layout"] == 1

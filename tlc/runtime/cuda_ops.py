@@ -689,7 +689,7 @@ class RecurrentImpl(DeviceImpl):
         if dtype.name not in ("float32", "float64"):
             raise NotNative(f"{rec.name} of {dtype} runs the reference (which computes float16 in float32)")
         try:
-            directions, acts = recurrent_ops._settings(attrs, rec)
+            directions, acts = recurrent_ops.settings(attrs, rec)
         except ValueError as exc:
             raise NotNative(str(exc)) from None
         x_shape, _, r_shape = ctx.in_shapes()[:3]
@@ -935,13 +935,13 @@ class EpilogueImpl(native.EpilogueImpl):
         if not ctx.options.jit_enabled:
             return Bound(fallback_calls(ctx), mode="reference", note="jit='off'")
         memory = memory_of(ctx.options.target)
-        sub = native._contraction_context(ctx, self.c_sources)
+        sub = native.contraction_context(ctx, self.c_sources)
         acc_type = sub.out_types[0] = ew_types[0]
         out0 = ctx.out_types[0]
         in_place = (len(ctx.outputs) == 1 and tuple(out0.shape) == tuple(acc_type.shape)
                     and out0.dtype == acc_type.dtype)
         scratch = native.Scratch()
-        acc = (V(ctx.outputs[0]), F(ctx.outputs[0])) if in_place else native._scratch_pair(scratch, acc_type)
+        acc = (V(ctx.outputs[0]), F(ctx.outputs[0])) if in_place else native.scratch_pair(scratch, acc_type)
         head = make_head(self.head_attrs, self.head, ctx.options)
         made = head.make(sub, memory.xp, memory)
         head_fn, head_note = made if isinstance(made, tuple) else (made, head.reason)

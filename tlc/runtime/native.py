@@ -370,13 +370,13 @@ class EpilogueImpl(StepImpl):
         ew_types = [n.output_types[0] for n in elementwise.inputs]
         if not all(t.is_static for t in ew_types):
             raise NotNative("the epilogue's shapes are not static")
-        sub = _contraction_context(ctx, self.c_sources)
+        sub = contraction_context(ctx, self.c_sources)
         out0 = ctx.out_types[0]
         acc_type = sub.out_types[0] = ew_types[0]
         in_place = (len(ctx.outputs) == 1 and tuple(out0.shape) == tuple(acc_type.shape)
                     and out0.dtype == acc_type.dtype)
         scratch = Scratch()
-        acc = (V(ctx.outputs[0]), F(ctx.outputs[0])) if in_place else _scratch_pair(scratch, acc_type)
+        acc = (V(ctx.outputs[0]), F(ctx.outputs[0])) if in_place else scratch_pair(scratch, acc_type)
         copies, ew_refs = flat_inputs(ctx, self.ew_sources, scratch)
         if not ctx.options.jit_enabled:
             return Bound(fallback_calls(ctx), mode="reference", note="jit='off'", workspace=scratch.shapes, blas=True)
@@ -539,7 +539,7 @@ def clamp_epilogue(elementwise: Graph, channels: int) -> tuple[int | None, tuple
     return None if bias_input is None and bounds is None else (bias_input, bounds)
 
 
-def _scratch_pair(scratch: Scratch, t: TensorType) -> tuple[Ref, Ref]:
+def scratch_pair(scratch: Scratch, t: TensorType) -> tuple[Ref, Ref]:
     k = scratch.add(tuple(t.shape), np_dtype(t.dtype))
     return W(k), FW(k)
 
@@ -548,7 +548,7 @@ def transposed_call(fn, views, dims, total, nparts, nprep, deferred, a, b, *rest
     fn(dims, total, nparts, nprep, deferred, oriented(a, views[0]), oriented(b, views[1]), *rest)
 
 
-def _contraction_context(ctx: BindContext, sources: list) -> BindContext:
+def contraction_context(ctx: BindContext, sources: list) -> BindContext:
     """``ctx`` seen from an epilogue group's contraction: its input ports mapped to the group's, constants of the
     contraction body known under ids of their own (negative, never a value of the plan)."""
     inputs, types, known = [], [], dict(ctx.known)
