@@ -23,10 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompileError
 from ..ir.graph import TLC_DOMAIN, Node
-from ..kernels import split_epilogue
-from ..kernels.plan import typed_body
 from ..ops import quant as quant_ops
 from ..ops import recurrent as recurrent_ops
 from ..ops import resize as resize_ops
@@ -921,14 +918,7 @@ class EpilogueImpl(native.EpilogueImpl):
         return False
 
     def bind(self, ctx: BindContext) -> Bound:
-        ctx.in_shapes()
-        try:
-            elementwise = split_epilogue(typed_body(self.body, list(ctx.in_types)))[1]
-        except CompileError as exc:
-            raise NotNative(str(exc)) from None
-        ew_types = [n.output_types[0] for n in elementwise.inputs]
-        if not all(t.is_static for t in ew_types):
-            raise NotNative("the epilogue's shapes are not static")
+        elementwise, ew_types = self.typed_epilogue(ctx)
         make_head = CUDA_OPS.get(self.head.qualified_op)
         if make_head is None or self.head.qualified_op == f"{TLC_DOMAIN}.Fused":
             raise NotNative(f"no device contraction for {self.head.qualified_op}")

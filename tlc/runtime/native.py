@@ -361,15 +361,21 @@ class EpilogueImpl(StepImpl):
     def accepts_strided(self, port: int) -> bool:
         return self.is_product and port not in self.ew_sources and ("in", port) in self.c_sources[:2]
 
-    def bind(self, ctx: BindContext) -> Bound:
+    def typed_epilogue(self, ctx: BindContext) -> tuple[Graph, list[TensorType]]:
+        """The group's elementwise part typed for this step's shapes (the body cut the same way), and the types
+        of its inputs (the contraction's result first); NotNative when they are not static."""
         ctx.in_shapes()
-        try:   # the body typed for these shapes, cut the same way
+        try:
             elementwise = split_epilogue(typed_body(self.body, list(ctx.in_types)))[1]
         except CompileError as exc:
             raise NotNative(str(exc)) from None
         ew_types = [n.output_types[0] for n in elementwise.inputs]
         if not all(t.is_static for t in ew_types):
             raise NotNative("the epilogue's shapes are not static")
+        return elementwise, ew_types
+
+    def bind(self, ctx: BindContext) -> Bound:
+        elementwise, ew_types = self.typed_epilogue(ctx)
         sub = contraction_context(ctx, self.c_sources)
         out0 = ctx.out_types[0]
         acc_type = sub.out_types[0] = ew_types[0]
