@@ -181,9 +181,11 @@ def test_rnn_body_reads_its_captured_weights_as_constants():
     (loop,) = [st for st in plan.program.steps if st.node.op == "Loop"]
     assert isinstance(loop.impl, LoopImpl)
     (body,) = [entry[0] for entry in loop.impl.body._plans.values()]
-    # w, r and bias are initializers of the outer graph: constants of the body plan, not its inputs
-    assert sorted(body.names) == ["cond_in", "h", "i", "x"]
-    assert "Loop: compiled body (3 steps)" in _step(plan, "Loop").reason   # Gather, MatMul, MatMul + epilogue
+    # r and bias are initializers of the outer graph: constants of the body plan, not its inputs; X @ W is one
+    # product before the loop (loopbatch), captured in x's place and sliced by the body's Gather
+    assert sorted(body.names) == ["MatMul_captured", "cond_in", "h", "i"]
+    assert "Loop: compiled body (2 steps)" in _step(plan, "Loop").reason   # Gather, MatMul + epilogue
+    assert [st.node.op for st in plan.program.steps] == ["MatMul", "Loop"]
 
 
 def test_nested_if_is_compiled_inside_the_loop_body():
@@ -318,3 +320,20 @@ def test_a_loop_of_m_alone_stacks_its_scan_output():
     plan = tlc.compile(g, opt_level=2, jit="off")
     np.testing.assert_array_equal(plan.run({})["y"], [0, 1, 4, 9, 16])
     assert _step(plan, "Loop").mode == "native"
+
+
+def test_a_plan_with_a_loop_times_one_thread_against_all_then_settles():
+    """A specialization with a Loop at several threads times PROBE_RUNS runs at all cores, then as many at one
+    thread, and keeps what was faster (``plan.SpecState``); a plan at one thread, or without a loop, does not."""
+    from tlc.runtime.plan import PROBE_RUNS
+
+    g, _ = from_onnx(rnn_loop())
+    feeds = {"x": np.ones((6, 2, 16), np.float32), "h0": np.zeros((2, 16), np.float32)}
+    plan = tlc.compile(g, opt_level=2, jit="eager", num_threads=2)
+    (state,) = plan._specs.values()
+    assert state.probe == ([], [])
+    want = plan.run(feeds)
+    for _ in range(2 * PROBE_RUNS):
+        np.testing.assert_array_equal(plan.run(feeds)["hs"], want["hs"])
+    assert state.probe is None and isinstance(state.one_thread, bool)
+    assert next(iter(tlc.compile(g, jit="eager", num_threads=1)._specs.values())).probe is None

@@ -45,7 +45,7 @@ class Stage:
 #: NOTE: the one place that orders passes for the opt levels. Membership comes from each pass's ``min_level``.
 LEVEL_ORDER: tuple[Stage, ...] = (
     Stage(CLEANUP, fixed_point=True),
-    Stage(("ifconvert",)),
+    Stage(("ifconvert", "loopbatch")),
     Stage(CLEANUP, fixed_point=True, after_change=True),   # the inlined branches fold with what feeds them
     Stage(("horizontal",)),
     Stage(CLEANUP, fixed_point=True, after_change=True),   # the members' weights and biases are dead now

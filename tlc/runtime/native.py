@@ -194,10 +194,18 @@ class ElementwiseImpl(StepImpl):
 class Product:
     """A MatMul or Gemm ``C = alpha * op(A) @ op(B)`` over broadcast batch dims, from a step's inputs 0 and 1."""
 
-    def __init__(self, ctx: BindContext, trans_a: bool, trans_b: bool, alpha: float):
+    def __init__(self, ctx: BindContext, trans_a: bool, trans_b: bool, alpha: float, fold: bool = False):
+        """``fold``: a contiguous A of batch dims times a 2-D B is one product of A's rows stacked (the caller
+        runs it through ``promoted_product``, which reshapes): an RNN's projection of all its steps,
+        [100, 1, 256] @ [256, 256], was 100 one-row products (0.24 ms) where one takes 0.07."""
         a, b = ctx.in_shapes()[:2]
         self.promoted = None
-        if len(a) < 2 or len(b) < 2:   # numpy's rule: a vector operand is a one-row (one-column) matrix
+        folded = fold and len(a) > 2 and len(b) == 2 and not trans_a and ctx.contiguous(0)
+        if folded:
+            rows = int(np.prod(a[:-1], dtype=np.int64))
+            a = (rows, a[-1])
+            self.promoted = (a, b, (rows, b[-1]))
+        elif len(a) < 2 or len(b) < 2:   # numpy's rule: a vector operand is a one-row (one-column) matrix
             if not (ctx.contiguous(0) and ctx.contiguous(1)) or ctx.const(1) is not None and len(b) < 2:
                 raise NotNative("a strided or constant 1-D operand")
             a, b = ((1,) + a if len(a) == 1 else a), (b + (1,) if len(b) == 1 else b)
@@ -227,7 +235,7 @@ class Product:
         self.nparts = gemm.parts_for(self.offs.shape[0] * m * n * k, ctx.threads)
         self.cols = gemm.column_split(m, n, self.offs.shape[0], self.nparts)
         # a constant float32 B in panels, packed once here: the panel product (``tlc.kernels.panel``)
-        b2d = self.b_const if self.b_const is not None and self.promoted is None else None
+        b2d = self.b_const if self.b_const is not None and (self.promoted is None or folded) else None
         self.packed = panel.pack(b2d) if gemm.packs(b2d, alpha) else gemm.UNPACKED
         if self.b_const is None and gemm.in_place(dtype, self.b_strides[-1] == dtype.itemsize, n, k, alpha):
             self.packed = gemm.IN_PLACE
@@ -305,7 +313,7 @@ class ProductImpl(StepImpl):
         return port < 2
 
     def bind(self, ctx: BindContext) -> Bound:
-        prod = Product(ctx, *self.trans, self.alpha)
+        prod = Product(ctx, *self.trans, self.alpha, fold=True)
         out = V(ctx.outputs[0])
         tail = []
         if self.op == "Gemm" and len(ctx.inputs) > 2 and ctx.in_types[2] is not None and self.beta != 0.0:

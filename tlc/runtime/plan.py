@@ -10,6 +10,7 @@ arrive from the JIT thread as they are compiled (``jit.py``); the runner is rege
 from __future__ import annotations
 
 import itertools
+import statistics
 import sys
 import threading
 import time
@@ -56,8 +57,21 @@ class Counter:
         return self._count.__reduce__()[1][0] - 1
 
 
+#: runs a plan with a loop times at each thread count (all cores, then one, alternately) before it settles
+PROBE_RUNS = 5
+#: one thread is kept when its median run takes at most this fraction of the median at all cores
+PROBE_MARGIN = 0.9
+
+
 class SpecState:
-    """A specialization as the plan runs it: its current runner (regenerated as kernels arrive) and arenas."""
+    """A specialization as the plan runs it: its current runner (regenerated as kernels arrive) and arenas.
+
+    A specialization with a Loop or Scan step at several threads first times its runs at all cores and then at
+    one thread (``PROBE_RUNS`` each, once its kernels are compiled), and keeps one thread when that is
+    clearly faster (``PROBE_MARGIN``): a loop's body runs many small serial steps, and after a parallel step
+    before it the pool's idle workers spin for ~1 ms beside them (GOMP_SPINCOUNT), which on the 2-vCPU VM halved
+    the serial steps' speed: tools/models.rnn_loop at 2 threads, its projection batched before the loop
+    (``loopbatch``), 2.0 ms against 0.86 at one thread."""
 
     def __init__(self, spec: Specialization):
         self.spec = spec
@@ -65,6 +79,27 @@ class SpecState:
         self._runners: dict[bool, Runner] = {}
         self._pool: deque[list] = deque()    # [arena, runner, bound run function]; append/pop are atomic
         self._lock = threading.Lock()
+        self.one_thread = False
+        #: seconds of the probing runs at (all cores, one thread); None once settled or when not probing
+        self.probe: tuple[list[float], list[float]] | None = ([], []) if spec.probe_threads else None
+
+    def probing_arm(self) -> int | None:
+        """The thread count this run is timed at (0: all cores, 1: one thread), or None: not a probing run."""
+        probe = self.probe
+        if probe is None or any(job.status in ("pending", "queued", "running") for job in self.spec.jobs()):
+            return None
+        # NOTE: in blocks, all cores first: a one-thread run right after an all-cores run still has the pool's
+        # workers spinning beside it (the medians drop that first run of each block)
+        return int(len(probe[0]) >= PROBE_RUNS)
+
+    def record(self, arm: int, seconds: float) -> None:
+        probe = self.probe
+        if probe is None:
+            return
+        probe[arm].append(seconds)
+        if min(len(probe[0]), len(probe[1])) >= PROBE_RUNS:
+            self.one_thread = statistics.median(probe[1]) <= PROBE_MARGIN * statistics.median(probe[0])
+            self.probe = None
 
     def runner(self, profile: bool = False) -> Runner:
         runner = self._runners.get(profile)
@@ -106,6 +141,7 @@ class Plan:
         self._warn_lock = threading.Lock()
         threads.configure_openmp()
         self._governors = {flag: threads.Governor(options.threads, flag) for flag in (False, True)}
+        self._single = {flag: threads.Governor(1, flag) for flag in (False, True)}   # see SpecState
         self.program: Program = lower(graph, options)
         self._memory = memory_of(options.target)      # host numpy, or a device's (feeds in, outputs out)
         self._run_node = Interpreter(self.program.graph).run_node
@@ -150,12 +186,17 @@ class Plan:
             state = self._specs[()]
         else:
             state, arrays = self._checked(feeds)
-        governor = self._governors[state.spec.uses_blas]
+        arm = state.probing_arm() if state.probe is not None else None
+        one = state.one_thread if arm is None else bool(arm)
+        governor = (self._single if one else self._governors)[state.spec.uses_blas]
         token = governor.enter()
+        start = time.perf_counter() if arm is not None else 0.0
         try:
             outputs = self._execute(state, arrays, profile)
         finally:
             governor.exit(token)
+        if arm is not None:
+            state.record(arm, time.perf_counter() - start)
         self._runs.incr()
         if self._memory.device and not device_outputs:   # one copy back per output, owned by the caller
             to_host, on_device = self._memory.to_host, self._memory.is_device_array
