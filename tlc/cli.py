@@ -382,9 +382,12 @@ def bench(args: argparse.Namespace, original: Graph, optimized: Graph, err: Text
     contenders = {"tlc -O0 (reference)": reference_runner(original),
                   f"tlc -O{level} (compiled)": plan_runner(plan, optimized)}
     if Path(args.input).suffix.lower() == ".onnx":
-        ort_run = onnxruntime_runner(Path(args.input).read_bytes(), args.threads)
-        if ort_run is not None:
-            contenders["onnxruntime (ORT_ENABLE_ALL)"] = ort_run
+        wanted = targets.get(args.target).provider
+        found = onnxruntime_runner(Path(args.input).read_bytes(), args.threads, wanted)
+        if found is not None:   # the target's provider where onnxruntime has it, and the table says which ran
+            ort_run, provider = found
+            name = "ORT_ENABLE_ALL" if provider == wanted == "CPUExecutionProvider" else provider
+            contenders[f"onnxruntime ({name.removesuffix('ExecutionProvider')})"] = ort_run
     print(f"{PROG}: timing {', '.join(contenders)} on random inputs "
           f"({', '.join(f'{k}{list(v.shape)}' for k, v in feeds.items())}), {args.rounds} interleaved rounds",
           file=err, flush=True)

@@ -79,8 +79,10 @@ def plan_runner(plan, graph: Graph) -> Runner:
     return lambda feeds: [plan.run(feeds)[n] for n in names]
 
 
-def onnxruntime_runner(model_bytes: bytes, threads: int | None) -> Runner | None:
-    """An onnxruntime session (ORT_ENABLE_ALL) or None when onnxruntime is not installed."""
+def onnxruntime_runner(model_bytes: bytes, threads: int | None,
+                       provider: str = "CPUExecutionProvider") -> tuple[Runner, str] | None:
+    """An onnxruntime session (ORT_ENABLE_ALL) on ``provider`` where the installed onnxruntime has it, else on
+    its CPU provider, and the provider it runs on; None when onnxruntime is not installed."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -88,8 +90,10 @@ def onnxruntime_runner(model_bytes: bytes, threads: int | None) -> Runner | None
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = threads
-    sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
-    return lambda feeds: sess.run(None, dict(feeds))
+    if provider not in ort.get_available_providers():
+        provider = "CPUExecutionProvider"
+    sess = ort.InferenceSession(model_bytes, so, providers=[provider])
+    return (lambda feeds: sess.run(None, dict(feeds))), provider
 
 
 def format_table(timings: list[Timing]) -> str:

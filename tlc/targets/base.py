@@ -59,8 +59,8 @@ class Target:
     rendered_kinds: tuple[str, ...]
     provider: str            # onnxruntime's execution provider name ("CPUExecutionProvider")
     device: str              # onnx's backend ``DeviceType`` name ("CPU", "CUDA")
-    #: where its kernels' arrays live: "host" (they read and write the caller's numpy arrays) or "device" (each
-    #: launch copies its inputs to the device and its outputs back)
+    #: where its kernels' arrays live: "host" (numpy arrays) or "device" (a device's memory: plans keep their
+    #: arrays there through ``arrays``; a kernel called on host arrays copies them over and back per launch)
     memory: str = "host"
     costs: TargetCosts | None = None   # the layout pass's cost model; None: the pass changes no layout for it
     kernel: Hook = None      # the ``tlc.kernels.Kernel`` class compile_group builds; None: no generated kernels
