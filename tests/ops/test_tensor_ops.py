@@ -245,3 +245,16 @@ def test_traits_and_costs():
         assert tlc.ops.get(op).cost == 0, op
     assert not tlc.ops.get("Gather").has(tlc.ops.Trait.SHAPE_ONLY)
     assert tlc.ops.get("Transpose").cost > 0
+
+
+def test_dropout_purity_with_a_training_mode_of_several_elements():
+    """The fuzz generator asks every candidate node whether it is pure before inference judges it: a Dropout whose
+    training_mode constant has two elements (invalid) made that question raise and stopped a campaign."""
+    from tlc.ops import lookup
+
+    g = tlc.Graph("dropout")
+    x = g.input("x", "float32", (3,))
+    g.add_node("Dropout", [x, g.constant(np.array(0.5, np.float32)), g.constant(np.array([True, False]))],
+               infer=False)
+    (node,) = g.ops()
+    assert not lookup("Dropout").pure_at(g, node)   # counted as random: never folded or merged

@@ -74,7 +74,9 @@ def _dropout_random(graph, node) -> bool:
     if node.attrs.get("seed") is not None or len(inputs) < 3 or inputs[2] is None:
         return False
     mode = graph.const_value(inputs[2]) if graph.node(inputs[2].node).op == "Constant" else None
-    return mode is None or bool(np.asarray(mode))
+    # NOTE: a training_mode of more than one element (invalid: the op's inference refuses it) counts as random,
+    # not as an error here: the fuzz generator asks every candidate node before inference judges it
+    return mode is None or np.asarray(mode).size != 1 or bool(np.asarray(mode).reshape(-1)[0])
 
 
 register(OpDef(name="Dropout", infer=_dropout_infer, reference=_dropout, inputs=(1, 3), outputs=_dropout_outputs,
