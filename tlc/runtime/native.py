@@ -200,7 +200,7 @@ class Product:
         [100, 1, 256] @ [256, 256], was 100 one-row products (0.24 ms) where one takes 0.07."""
         a, b = ctx.in_shapes()[:2]
         self.promoted = None
-        folded = fold and len(a) > 2 and len(b) == 2 and not trans_a and ctx.contiguous(0)
+        folded = fold and len(a) > 2 and len(b) == 2 and not trans_a and not trans_b and ctx.contiguous(0)
         if folded:
             rows = int(np.prod(a[:-1], dtype=np.int64))
             a = (rows, a[-1])
