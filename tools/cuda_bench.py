@@ -78,6 +78,11 @@ def measure(g: Graph, rows: int, calls: int, cuda) -> str:
             f"{t_gpu[0]:.3f} [{t_gpu[1]:.3f}-{t_gpu[2]:.3f}] | {t_copy[0]:.3f} | {diff:.1e} |")
 
 
+#: a pause before each contender's block: onnxruntime's and OpenBLAS's idle threads spin for tens of milliseconds
+#: after their runs and take the CPUs the next contender's threads need (docs/architecture.md, Threads)
+PAUSE_S = 0.15
+
+
 def _model(name: str, batch: int):
     import models
 
@@ -117,6 +122,8 @@ def plan_row(name: str, batch: int, rounds: int, calls: int) -> str:
         fn()
     for _ in range(rounds):          # interleaved: drift hits every contender alike
         for key, fn in contenders.items():
+            time.sleep(PAUSE_S)
+            fn()
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()

@@ -68,10 +68,10 @@ class SpecState:
 
     A specialization with a Loop or Scan step at several threads first times its runs at all cores and then at
     one thread (``PROBE_RUNS`` each, once its kernels are compiled), and keeps one thread when that is
-    clearly faster (``PROBE_MARGIN``): a loop's body runs many small serial steps, and after a parallel step
-    before it the pool's idle workers spin for ~1 ms beside them (GOMP_SPINCOUNT), which on the 2-vCPU VM halved
-    the serial steps' speed: tools/models.rnn_loop at 2 threads, its projection batched before the loop
-    (``loopbatch``), 2.0 ms against 0.86 at one thread."""
+    clearly faster (``PROBE_MARGIN``): a loop's body runs many small serial steps that gain nothing from a second
+    thread, while a parallel step before the loop needs every CPU free: tools/models.rnn_loop at 2 threads (its
+    projection batched before the loop by ``loopbatch``) took 0.79 ms alone but 2.0 run back to back with an
+    onnxruntime session whose idle threads spin, against 0.86 at one thread."""
 
     def __init__(self, spec: Specialization):
         self.spec = spec
