@@ -80,6 +80,7 @@ class SpecState:
         self._pool: deque[list] = deque()    # [arena, runner, bound run function]; append/pop are atomic
         self._lock = threading.Lock()
         self.one_thread = False
+        self.governors: dict | None = None    # the plan's governors this specialization runs under (``Plan``)
         #: seconds of the probing runs at (all cores, one thread); None once settled or when not probing
         self.probe: tuple[list[float], list[float]] | None = ([], []) if spec.probe_threads else None
 
@@ -144,6 +145,7 @@ class Plan:
         self._single = {flag: threads.Governor(1, flag) for flag in (False, True)}   # see SpecState
         self.program: Program = lower(graph, options)
         self._memory = memory_of(options.target)      # host numpy, or a device's (feeds in, outputs out)
+        self._on_device = self._memory.device
         self._run_node = Interpreter(self.program.graph).run_node
         program = self.program
         self._feed_specs = [(name, t) for name, _, t in program.feeds]
@@ -186,22 +188,37 @@ class Plan:
             state = self._specs[()]
         else:
             state, arrays = self._checked(feeds)
-        arm = state.probing_arm() if state.probe is not None else None
+        if state.probe is not None:
+            outputs = self._probed(state, arrays, profile)
+        else:
+            governor = state.governors[state.spec.uses_blas]
+            token = governor.enter()
+            try:
+                outputs = self._execute(state, arrays, profile)
+            finally:
+                governor.exit(token)
+        self._runs.incr()
+        if self._on_device and not device_outputs:   # one copy back per output, owned by the caller
+            to_host, on_device = self._memory.to_host, self._memory.is_device_array
+            outputs = [to_host(o) if on_device(o) else o for o in outputs]
+        return dict(zip(self._out_names, outputs))
+
+    def _probed(self, state: SpecState, arrays: list, profile: bool) -> tuple:
+        """A run of a specialization that is still choosing its thread count (``SpecState``), timed."""
+        arm = state.probing_arm()
         one = state.one_thread if arm is None else bool(arm)
         governor = (self._single if one else self._governors)[state.spec.uses_blas]
         token = governor.enter()
-        start = time.perf_counter() if arm is not None else 0.0
+        start = time.perf_counter()
         try:
             outputs = self._execute(state, arrays, profile)
         finally:
             governor.exit(token)
         if arm is not None:
             state.record(arm, time.perf_counter() - start)
-        self._runs.incr()
-        if self._memory.device and not device_outputs:   # one copy back per output, owned by the caller
-            to_host, on_device = self._memory.to_host, self._memory.is_device_array
-            outputs = [to_host(o) if on_device(o) else o for o in outputs]
-        return dict(zip(self._out_names, outputs))
+            if state.probe is None:
+                state.governors = self._single if state.one_thread else self._governors
+        return outputs
 
     def run_batches(self, feeds: Iterable[Mapping[str, object]], *, batch_size: int | None = None,
                     progress: bool | TextIO = False) -> Iterator[dict[str, np.ndarray]]:
@@ -301,7 +318,9 @@ class Plan:
         elif jit == "auto":
             for job in jobs:
                 job.submit()
-        return SpecState(spec)
+        state = SpecState(spec)
+        state.governors = self._governors
+        return state
 
     def _submit(self, spec: Specialization) -> None:
         for job in spec.jobs():
