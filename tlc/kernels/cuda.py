@@ -129,10 +129,7 @@ def _row_body(plan: KernelPlan, variant: Variant) -> list[ast.stmt]:
     layout = variant.layout
     sched = schedule_rows(plan, layout)
     outer = layout.ndim - 1
-    reduces = [s for s in plan.steps if isinstance(s, Reduce)]
-    for r in reduces:
-        if r.dtype == "bool":
-            raise CompileError(f"cannot compile reduction group for cuda: a {r.op} over bool values")
+    reduces = [s for s in plan.steps if isinstance(s, Reduce)]   # never of bool (the plan builder refuses it)
     stmts = prologue(layout)
     stmts.append(M.assign("rows", product([f"n{d}" for d in range(outer)])))
     stmts += [M.assign(row_length_var(d), M.call(M.np_type(d), M.name(f"n{outer}"))) for d in sorted(plan.row_length)]

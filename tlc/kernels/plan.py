@@ -119,6 +119,8 @@ class PlanBuilder:
         key = ("reduce", source, op)
         if key not in self._seen:
             dtype = self.plan.dtypes[source]
+            if dtype == "bool":   # the renderers' accumulators are numbers (Numba failed to type max's start)
+                self.fail(None, f"a row {op} of bool values (no row kernel reduces bool; the reference does)")
             target = self._seen[key] = self.new_var(dtype)
             self.plan.steps.append(Reduce(target, source, op, dtype))
         return self._seen[key]
