@@ -21,7 +21,7 @@ import numpy as np
 from . import emit as M
 from .common import Variant, alias_of, bases, out_array, product, prologue, split_index, unsigned
 from .plan import KernelPlan, Reduce, ScalarOp, row_length_var
-from .render import LIBM, SUFFIX, ExprRenderer, Library
+from .render import LIBM, SUFFIX, ExprRenderer, Library, render_ops
 from .schedule import RowSchedule, schedule_rows
 
 BLOCK = 4096  # elements of the innermost dim per elementwise task
@@ -160,12 +160,7 @@ def _range_body(plan: KernelPlan, variant: Variant) -> list[ast.stmt]:
 
 
 def _ops(plan: KernelPlan, wanted: set[str] | None = None) -> list[ast.stmt]:
-    renderer = ExprRenderer(CPU_LIBRARY)
-    stmts: list[ast.stmt] = []
-    for step in plan.steps:
-        if isinstance(step, ScalarOp) and (wanted is None or step.target in wanted):
-            stmts.extend(renderer.render(step))
-    return stmts
+    return render_ops(plan, CPU_LIBRARY, wanted)
 
 
 # ---------------------------------------------------------------------------- elementwise

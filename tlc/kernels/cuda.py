@@ -27,7 +27,7 @@ from .common import Variant, alias_of, bases, out_array, product, prologue, spli
 from .cudalib import SIMULATED
 from .kernel import Kernel
 from .plan import KernelPlan, Reduce, ScalarOp, row_length_var
-from .render import SUFFIX, ExprRenderer, Library
+from .render import SUFFIX, Library, render_ops
 from .schedule import RowSchedule, schedule_rows
 
 THREADS = 256  # threads of an elementwise kernel's block
@@ -100,13 +100,7 @@ def _elementwise_body(plan: KernelPlan, variant: Variant) -> list[ast.stmt]:
 
 
 def _ops(plan: KernelPlan, wanted: set[str] | None = None) -> list[ast.stmt]:
-    """The plan's scalar ops (those assigning ``wanted`` variables), in plan order."""
-    renderer = ExprRenderer(CUDA_LIBRARY)
-    stmts: list[ast.stmt] = []
-    for step in plan.steps:
-        if isinstance(step, ScalarOp) and (wanted is None or step.target in wanted):
-            stmts += renderer.render(step)
-    return stmts
+    return render_ops(plan, CUDA_LIBRARY, wanted)
 
 
 # ---------------------------------------------------------------------------- rows

@@ -23,7 +23,7 @@ from ..errors import CompileError
 from ..ir.types import FLOAT_DTYPES
 from ..ops import expr as E
 from . import emit as M
-from .plan import ScalarOp
+from .plan import KernelPlan, ScalarOp
 
 #: libm functions with no vectorizable version in mathlib (yet), and numpy's spelling of each, which Numba
 #: compiles to a libm call (the CPU's library calls these; every library must name them)
@@ -55,6 +55,17 @@ class Typed:
     node: ast.expr | None
     dtype: str | None
     value: float | int | bool | None = None
+
+
+def render_ops(plan: KernelPlan, library: Library, wanted: set[str] | None = None) -> list[ast.stmt]:
+    """Statements of the plan's scalar ops (those assigning ``wanted`` variables, or all), in plan order, calling
+    ``library``'s functions: what every renderer's loops compute."""
+    renderer = ExprRenderer(library)
+    stmts: list[ast.stmt] = []
+    for step in plan.steps:
+        if isinstance(step, ScalarOp) and (wanted is None or step.target in wanted):
+            stmts += renderer.render(step)
+    return stmts
 
 
 class ExprRenderer:
