@@ -32,7 +32,7 @@ from ..ops.window import make_window
 from . import native
 from .bound import Bound, Call, F, KernelRequest, NotNative, V
 from .control import IfImpl, LoopImpl, ScanImpl
-from .device import memory_of
+from .device import DEVICE_DTYPES, memory_of
 from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 from .library import ViewImpl
 from .ops import ELEMENTWISE
@@ -139,34 +139,33 @@ class ConvImpl(DeviceImpl):
         if not spatial or c != cg * group or m % group:
             raise NotNative(f"Conv of X {list(x_shape)}, W {list(w_shape)}, group {group}")
         window, begins, ends = spatial_window(self.attrs, tuple(kernel), tuple(spatial))
-        if group == c == m and len(spatial) == 2 and ctx.out_dtype().name in ("float32", "float64"):
+        dtype = ctx.out_dtype()
+        with_bias = len(ctx.inputs) > 2 and ctx.in_types[2] is not None
+        if group == c == m and len(spatial) == 2 and dtype.name in ("float32", "float64"):
             try:
-                return self._depthwise(ctx, window, begins), "direct depthwise kernel (cuda.jit)"
+                return (self._depthwise(x_shape, w_shape, y_shape, window, begins, dtype, with_bias),
+                        "direct depthwise kernel (cuda.jit)")
             except Exception as exc:  # noqa: BLE001 - Numba cannot compile it for this device: columns, said so
                 reason = f"the direct depthwise kernel could not be compiled ({type(exc).__name__}: {exc})"
                 warnings.warn(f"{reason}; depthwise convolutions run as columns and a batched matmul",
                               RuntimeWarning, stacklevel=2)
-                return self._columns(ctx, xp, window, begins, ends), f"{self.reason}: {reason}"
-        return self._columns(ctx, xp, window, begins, ends)
+                return (self._columns(xp, x_shape, w_shape, y_shape, window, begins, ends, dtype, with_bias),
+                        f"{self.reason}: {reason}")
+        return self._columns(xp, x_shape, w_shape, y_shape, window, begins, ends, dtype, with_bias)
 
-    def _depthwise(self, ctx, window, begins) -> Make:
+    @staticmethod
+    def _depthwise(x_shape, w_shape, y_shape, window, begins, dtype, with_bias: bool) -> Make:
         from ..kernels.cuda_conv import depthwise_conv2d  # numba.cuda: imported by the plans that use it
 
-        x_shape, w_shape = ctx.in_shapes()[:2]
-        launch = depthwise_conv2d(x_shape, w_shape, ctx.out_shapes()[0], window.strides, window.dilations, begins,
-                                  ctx.out_dtype())
-        with_bias = len(ctx.inputs) > 2 and ctx.in_types[2] is not None
+        launch = depthwise_conv2d(x_shape, w_shape, y_shape, window.strides, window.dilations, begins, dtype)
 
         def fn(x, w, *rest):
             launch(x, w, rest[0] if with_bias else None, rest[-1])
 
         return fn
 
-    def _columns(self, ctx, xp, window, begins, ends, dtype=None, with_bias=None) -> Make:
-        """``fn(x, w, [bias,] out)``; ``dtype`` and ``with_bias`` override the step's (QLinearConv's exact float64
-        integer product)."""
-        x_shape, w_shape = ctx.in_shapes()[:2]
-        (y_shape,) = ctx.out_shapes()[:1]
+    def _columns(self, xp, x_shape, w_shape, y_shape, window, begins, ends, dtype, with_bias: bool) -> Make:
+        """``fn(x, w, [bias,] out)`` computing in ``dtype`` (QLinearConv's: float64, exact on integers)."""
         n, c, *spatial = x_shape
         m, cg, *kernel = w_shape
         group = int(self.attrs.get("group", 1))
@@ -178,9 +177,6 @@ class ConvImpl(DeviceImpl):
         padded_shape = (n, c) + tuple(b + s + e for b, s, e in zip(begins, spatial, ends))
         inner = (slice(None), slice(None)) + tuple(slice(b, b + s) for b, s in zip(begins, spatial))
         as_strided = _strided(xp)
-        if with_bias is None:
-            with_bias = len(ctx.inputs) > 2 and ctx.in_types[2] is not None
-        dtype = ctx.out_dtype() if dtype is None else np.dtype(dtype)
 
         def fn(x, w, *rest):
             out = rest[-1]
@@ -571,9 +567,9 @@ class TriluImpl(DeviceImpl):
         return fn
 
 
-#: dtypes a cast converts on the device (CuPy's; float8 and the other ml_dtypes run the reference)
-_CAST_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                          "float16", "float32", "float64"})
+#: dtypes a cast converts on the device: the real ones CuPy holds (float8 and the other ml_dtypes, and complex
+#: values, run the reference)
+_CAST_DTYPES = DEVICE_DTYPES - {"complex64", "complex128"}
 
 
 class CastImpl(DeviceImpl):
@@ -717,7 +713,6 @@ class RecurrentImpl(DeviceImpl):
             flat = x.reshape(seq * batch, -1)
             for d in range(directions):
                 xw = xp.matmul(flat, w[d].T).reshape(seq, batch, gh)
-                rb = None
                 if b is not None:
                     xw += b[d, :gh]
                     rb = b[d, gh:]
@@ -847,12 +842,9 @@ class QLinearConvImpl(ConvImpl):
         lo, hi = _integer_output(ctx.out_dtype())
         x_shape, w_shape = ctx.in_shapes()[0], ctx.in_shapes()[3]
         (y_shape,) = ctx.out_shapes()[:1]
-        sub = BindContext(ctx.node, ctx.attrs, (ctx.inputs[0], ctx.inputs[3]), ctx.outputs,
-                          [ctx.in_types[0], ctx.in_types[3]], list(ctx.out_types), ctx.known, ctx.strides,
-                          ctx.options, ctx.run_node)
         spatial = tuple(x_shape[2:])
         window, begins, ends = spatial_window(self.attrs, tuple(w_shape[2:]), spatial)
-        conv = self._columns(sub, xp, window, begins, ends, dtype=np.float64, with_bias=False)
+        conv = self._columns(xp, x_shape, w_shape, y_shape, window, begins, ends, np.dtype(np.float64), False)
         channel = (1, -1) + (1,) * len(spatial)
         with_bias = len(ctx.inputs) > 8 and ctx.in_types[8] is not None
 

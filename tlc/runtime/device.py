@@ -25,7 +25,6 @@ from .memory import ALIGN
 class Memory:
     """Host memory: numpy arrays, transfers that copy nothing."""
 
-    name = "host"
     device = False
 
     @property
@@ -51,14 +50,15 @@ class Memory:
         """A copy of ``a`` where it lies (a graph output the caller will own)."""
         return np.array(a)
 
-    def synchronize(self) -> None:
-        pass
+    def host(self, a):
+        """``a`` on the host: a device array copied there, anything else (a host array, None, a sequence) as it
+        is."""
+        return self.to_host(a) if self.is_device_array(a) else a
 
 
 class CudaMemory(Memory):
     """A CUDA device's memory through CuPy (``pip install "tlc[cuda]"``); host memory under the simulator."""
 
-    name = "cuda"
     device = True
 
     @functools.cached_property
@@ -84,7 +84,7 @@ class CudaMemory(Memory):
         return self.xp.empty(nbytes, np.uint8)   # CuPy's allocations are 256-byte aligned
 
     def to_device(self, a: np.ndarray):
-        if self.simulated or a.dtype.name not in _DEVICE_DTYPES:
+        if self.simulated or a.dtype.name not in DEVICE_DTYPES:
             return a     # float8, bfloat16 (ml_dtypes) and strings: CuPy holds none; only host steps read them
         return self.xp.asarray(a)
 
@@ -100,13 +100,9 @@ class CudaMemory(Memory):
         # an array of a dtype CuPy cannot hold came from a host step and stays on the host
         return self.xp.array(a) if self.is_device_array(a) else np.array(a)
 
-    def synchronize(self) -> None:
-        if not self.simulated:
-            self.xp.cuda.get_current_stream().synchronize()
-
 
 #: dtypes CuPy arrays hold (ml_dtypes' float8 types say kind "f" too, so they are named, not kinds)
-_DEVICE_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+DEVICE_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                             "float16", "float32", "float64", "complex64", "complex128"})
 
 HOST = Memory()
@@ -124,7 +120,7 @@ def on_host(fn, memory: Memory):
     inputs copied to the host, its array results copied to the device (the reference of a step the device has no
     implementation of; ``plan.stats()`` lists such steps)."""
     def call(*ins):
-        results = fn(*[memory.to_host(a) if memory.is_device_array(a) else a for a in ins])
+        results = fn(*[memory.host(a) for a in ins])
         return [memory.to_device(r) if isinstance(r, np.ndarray) else r for r in results]
 
     return call

@@ -105,7 +105,7 @@ def reference_into(run_node: RunNode, node: Node, num_inputs: int, memory=None) 
     def fn(*arrays):
         ins = list(arrays[:num_inputs])
         if device:
-            ins = [memory.to_host(a) if memory.is_device_array(a) else a for a in ins]
+            ins = [memory.host(a) for a in ins]
         results = run_node(node, ins)
         for out, res in zip(arrays[num_inputs:], results):
             if out.shape != np.shape(res):

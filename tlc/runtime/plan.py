@@ -57,7 +57,8 @@ class Counter:
         return self._count.__reduce__()[1][0] - 1
 
 
-#: runs a plan with a loop times at each thread count (all cores, then one, alternately) before it settles
+#: runs a plan with a loop times at each thread count (a block at all cores, then one at one thread) before it
+#: settles
 PROBE_RUNS = 5
 #: one thread is kept when its median run takes at most this fraction of the median at all cores
 PROBE_MARGIN = 0.9
@@ -73,14 +74,15 @@ class SpecState:
     projection batched before the loop by ``loopbatch``) took 0.79 ms alone but 2.0 run back to back with an
     onnxruntime session whose idle threads spin, against 0.86 at one thread."""
 
-    def __init__(self, spec: Specialization):
+    def __init__(self, spec: Specialization, governors: dict, single: dict):
+        """``governors``: the plan's governors at its thread count, ``single``: at one thread (by ``uses_blas``)."""
         self.spec = spec
         self.runs = Counter()
         self._runners: dict[bool, Runner] = {}
         self._pool: deque[list] = deque()    # [arena, runner, bound run function]; append/pop are atomic
         self._lock = threading.Lock()
         self.one_thread = False
-        self.governors: dict | None = None    # the plan's governors this specialization runs under (``Plan``)
+        self.governors, self.single = governors, single   # ``governors``: what the runs use (once settled)
         #: seconds of the probing runs at (all cores, one thread); None once settled or when not probing
         self.probe: tuple[list[float], list[float]] | None = ([], []) if spec.probe_threads else None
 
@@ -100,6 +102,8 @@ class SpecState:
         probe[arm].append(seconds)
         if min(len(probe[0]), len(probe[1])) >= PROBE_RUNS:
             self.one_thread = statistics.median(probe[1]) <= PROBE_MARGIN * statistics.median(probe[0])
+            if self.one_thread:
+                self.governors = self.single
             self.probe = None
 
     def runner(self, profile: bool = False) -> Runner:
@@ -199,15 +203,13 @@ class Plan:
                 governor.exit(token)
         self._runs.incr()
         if self._on_device and not device_outputs:   # one copy back per output, owned by the caller
-            to_host, on_device = self._memory.to_host, self._memory.is_device_array
-            outputs = [to_host(o) if on_device(o) else o for o in outputs]
+            outputs = [self._memory.host(o) for o in outputs]
         return dict(zip(self._out_names, outputs))
 
     def _probed(self, state: SpecState, arrays: list, profile: bool) -> tuple:
         """A run of a specialization that is still choosing its thread count (``SpecState``), timed."""
         arm = state.probing_arm()
-        one = state.one_thread if arm is None else bool(arm)
-        governor = (self._single if one else self._governors)[state.spec.uses_blas]
+        governor = (state.single if arm else state.governors)[state.spec.uses_blas]
         token = governor.enter()
         start = time.perf_counter()
         try:
@@ -216,8 +218,6 @@ class Plan:
             governor.exit(token)
         if arm is not None:
             state.record(arm, time.perf_counter() - start)
-            if state.probe is None:
-                state.governors = self._single if state.one_thread else self._governors
         return outputs
 
     def run_batches(self, feeds: Iterable[Mapping[str, object]], *, batch_size: int | None = None,
@@ -244,7 +244,7 @@ class Plan:
 
     def _checked(self, feeds: Mapping[str, object]) -> tuple[SpecState, list[np.ndarray]]:
         checked, _ = check_feeds(self._feed_specs, feeds)
-        contiguous = self._memory.xp.ascontiguousarray if self._memory.device else None
+        contiguous = self._memory.xp.ascontiguousarray if self._on_device else None
         arrays = [checked[name] if name not in self._tensor_feeds
                   else contiguous(checked[name]) if contiguous and hasattr(checked[name], "__cuda_array_interface__")
                   else np.asarray(checked[name], order="C") for name, _ in self._feed_specs]
@@ -318,9 +318,7 @@ class Plan:
         elif jit == "auto":
             for job in jobs:
                 job.submit()
-        state = SpecState(spec)
-        state.governors = self._governors
-        return state
+        return SpecState(spec, self._governors, self._single)
 
     def _submit(self, spec: Specialization) -> None:
         for job in spec.jobs():
