@@ -308,6 +308,21 @@ def test_bench_compares_compiled_plan_with_reference_and_onnxruntime(capsys, mod
     assert " 0 failed to compile" in err and "0 reference step(s)" in err and "first call" in err
 
 
+def test_onnxruntime_runs_on_the_targets_provider_where_it_has_it(model):
+    """--bench's onnxruntime contender: the target's provider when the installed onnxruntime has it, else its
+    CPU provider, and the caller is told which ran (the table then names it)."""
+    from tlc.runtime.benchmark import onnxruntime_runner
+
+    data = Path(model).read_bytes()
+    feeds = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
+    run_cpu, cpu = onnxruntime_runner(data, 1)
+    run_cuda, used = onnxruntime_runner(data, 1, "CUDAExecutionProvider")
+    assert cpu == "CPUExecutionProvider"
+    assert used == ("CUDAExecutionProvider" if "CUDAExecutionProvider" in ort.get_available_providers()
+                    else "CPUExecutionProvider")
+    np.testing.assert_allclose(run_cuda(feeds)[0], run_cpu(feeds)[0], rtol=1e-6)
+
+
 def test_bench_rejects_zero_rounds(capsys, model):
     code, _, err = run_cli(capsys, model, "--bench", "--rounds", "0")
     assert code == 1 and "--rounds must be at least 1" in err
