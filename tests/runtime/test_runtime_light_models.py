@@ -54,7 +54,10 @@ def test_light_model_compiles_and_matches_reference(path, opt_level):
     # (to ~1e10) and its softmax hangs on the last bit of each sum. Cut into parts, or on one BLAS thread, the sums
     # round differently (~3e-6 relative; parts are tested on random weights in test_runtime_parts.py) and the
     # ties break differently from the expected output, which whole 2-thread OpenBLAS GEMMs happen to reproduce.
-    plan = tlc.runtime.compile(graph, opt_level=opt_level, jit="eager")
+    # Winograd F(4x4, 3x3) rounds its unfused convs (-O0) differently per output channel (~1e-6 relative, of
+    # logits ~1e10): squeezenet's softmax then picks 16 of the 1000, so these models run F(2x2) (F(4x4) is
+    # checked on random weights in tests/kernels/test_kernel_conv.py, and runs in the -O2 sweep here).
+    plan = tlc.runtime.compile(graph, opt_level=opt_level, jit="eager", winograd="2x2" if opt_level == 0 else "auto")
     got = plan.run(feeds)
     want = tlc.reference.run(graph, feeds)
     for name in want:

@@ -24,12 +24,12 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   row k of B is tap k's input row, found through a table of offsets; ResNet's 7x7 stem at 224x224, one core,
   1.62 -> 1.14 ms). Parts are runs of output channels (a panel's 32, or a tile's 12), or of output positions (of
   rows, on the phases) where the channels share out unevenly (``deferred``).
-- ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(2x2, 3x3). Weights transformed once at compile time
-  into 16 matrices U[16, M, C]; per chunk of 2x2 output tiles the input tiles are transformed into 16 blocks
-  (B^T d B), multiplied by U in 16 BLAS products (2.25x fewer multiply-adds than im2col), and transformed back
+- ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(4x4, 3x3). Weights transformed once at compile time
+  into 36 matrices U[36, M, C]; per chunk of 4x4 output tiles the 6x6 input tiles are transformed into 36 blocks
+  (B^T d B), multiplied by U in 36 products (4x fewer multiply-adds than im2col), and transformed back
   (A^T m A) into the output. Parts are chunks of tile rows (``TILES``, the epilogue deferred) or, when there are
   too few tiles for every thread, (image, output-channel) rows of one shared input transform (``ROWS``). On
-  float32 where the panel kernel runs fast, the 16 products run in it instead of BLAS (``use_panel_products``).
+  float32 where the panel kernel runs fast, the 36 products run in it instead of BLAS (``use_panel_products``).
 
 Parts follow the contract of ``cpu.Contraction``: ``part_<algorithm>(x, w, bias, geo, acc, col, p, nparts)``
 computes part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a
@@ -67,7 +67,9 @@ CLAMP, CLAMP_BOUNDS = 21, 22
 #: (fewer images than parts: each part would make the same image's phases), 0 where each part makes an image's
 #: own in its scratch
 SHARED = 23
-GEO_SIZE = 24
+#: WINOGRAD: the side m of its output tiles, F(m x m, 3x3) with m = 2 or 4 (``plan_conv``, by the cost model)
+WT = 24
+GEO_SIZE = 25
 GEMM, DIRECT, DEPTHWISE, WINOGRAD, PANEL = 0, 1, 2, 3, 4
 ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd", "panel")
 IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
@@ -165,9 +167,23 @@ WINO_FULL_TILES = 64
 WINO_IN_ELEMS_PER_S = 4.5e9
 WINO_OUT_ELEMS_PER_S = 6e9
 WINO_CALL_S = 0.5e-6
+#: F(m x m, 3x3) for these m: output tiles m x m from input tiles (m + 2) x (m + 2), (m + 2)^2 products. F(4x4)
+#: does 2.25 multiply-adds an output where F(2x2) does 4, but reads its 36 weight matrices once per chunk of
+#: tiles: on small planes (7x7: 4 tiles an image) they come from memory for few columns each (one core, ResNet's
+#: 512 -> 512 at 7x7: 2.4 ms against F(2x2)'s 1.2-1.5; 256 -> 256 at 14x14 0.76 against 0.64), which
+#: ``WINO_WEIGHTS_BYTES_PER_S`` prices (fitted to those two); F(4x4) on larger planes: 64 -> 64 at 56x56 0.54
+#: against 0.74 ms, 128 -> 128 at 28x28 0.46 against 0.63, batch 8 64 -> 64 at 56x56 4.8 against 6.5
+WINO_TILES = (2, 4)
+WINO_WEIGHTS_BYTES_PER_S = 40e9
+#: the time of a transformed element of the input and output transforms against F(2x2)'s (measured, one core,
+#: 64 -> 64 at 56x56: F(4x4)'s input transform 0.19 ms for 452 k elements, F(2x2)'s 0.13 ms for 803 k; output
+#: 0.096 against 0.091): F(4x4)'s combine more values, and its input goes through column phases
+WINO_TRANSFORM_COST = {2: (1.0, 1.0), 4: (2.7, 1.9)}
+#: the weights of one chunk's products stay in L2 below this, and are read from memory once
+WINO_L2_BYTES = 1 << 20
 #: tiles x (C + M) of one chunk: its transformed blocks (16 times that: 1 MiB of float32) stay in L2; a chunk
 #: has at least WINO_FULL_TILES tiles, as the products slow down below (each streams its [M, C] matrix)
-WINO_CHUNK = 1 << 14
+WINO_CHUNK_BLOCKS = 1 << 18
 #: elements between the 16 transformed blocks: blocks a multiple of 4 KiB apart fall in one L1 set, and the
 #: transforms, which touch all 16 at once, thrash it (the input transform ran 4x slower)
 WINO_PAD = 48
@@ -238,24 +254,63 @@ def macs(geo: np.ndarray) -> int:
 
 
 def winograd_applies(geo: np.ndarray) -> bool:
-    """Whether Winograd F(2x2, 3x3) takes this shape: a 3x3 kernel, stride 1, no dilation, one group."""
+    """Whether Winograd takes this shape: a 3x3 kernel, stride 1, no dilation, one group."""
     return bool(geo[KH] == geo[KW] == 3 and geo[SH] == geo[SW] == 1 and geo[DH] == geo[DW] == 1
                 and geo[GROUP] == 1)
 
 
-def _winograd_rows(geo) -> int:
-    """Tile rows per Winograd chunk (a tile row: 2 output rows, ``ceil(WO / 2)`` tiles)."""
-    tw = (geo[WO] + 1) // 2
-    return int(max(1, max(WINO_FULL_TILES, WINO_CHUNK // (geo[C] + geo[M])) // tw))
+def _winograd_rows(geo, m: int) -> int:
+    """Tile rows per Winograd chunk of F(m x m) (a tile row: m output rows, ``ceil(WO / m)`` tiles)."""
+    tw = _tiles(geo[WO], m)
+    return int(max(1, max(WINO_FULL_TILES, WINO_CHUNK_BLOCKS // _blocks(m) // (geo[C] + geo[M])) // tw))
 
 
 def _winograd_scratch(geo) -> int:
-    """One part's Winograd scratch (TILES): a chunk's 16 transformed input and output blocks, and the input
+    """One part's Winograd scratch (TILES): a chunk's transformed input and output blocks, and the input
     transform's rows (the output transform reuses them)."""
-    tw = (geo[WO] + 1) // 2
-    rows = min(int(geo[TILE]), int(geo[N] * ((geo[HO] + 1) // 2)))
+    m = int(geo[WT])
+    tw = _tiles(geo[WO], m)
+    rows = min(int(geo[TILE]), int(geo[N] * _tiles(geo[HO], m)))
     slots = rows * (tw + 1)
-    return int(16 * (geo[C] * slots + WINO_PAD) + 16 * (geo[M] * slots + WINO_PAD) + _winograd_q(rows, tw))
+    return int(_blocks(m) * (geo[C] * slots + WINO_PAD + geo[M] * slots + WINO_PAD) + _winograd_q(m, rows, tw))
+
+
+def _winograd_seconds(geo: np.ndarray, m: int, panels: bool) -> float:
+    """The time of a WINOGRAD conv with tiles of ``m``, to compare tile sides (``winograd_tile``): products on
+    whole panels and weights read again per chunk where they exceed L2, what sets F(2x2) and F(4x4) apart."""
+    blocks = _blocks(m)
+    tw, rows = _tiles(geo[WO], m), int(geo[N] * _tiles(geo[HO], m))
+    tiles = rows * tw
+    per_chunk = min(_winograd_rows(geo, m), rows)
+    chunks = -(-rows // per_chunk)
+    if panels:
+        # the panel kernel at its rate on whole panels of 32 columns (a chunk's slots: its tile rows' tiles and
+        # one junk slot each; measured on Zen 5, one core, whole convs, F(2x2): 64 -> 64 at 56x56 714 us,
+        # 512 -> 512 at 7x7, 20 slots a product, 1183 us; PANEL took 1337 and 1741, Winograd on OpenBLAS's AVX2
+        # kernels 1170 and 2607)
+        full, last = rows // per_chunk, rows % per_chunk
+        columns = full * _whole(per_chunk * (tw + 1), panel.PANEL) + _whole(last * (tw + 1), panel.PANEL)
+        products = blocks * geo[M] * geo[C] * columns / PANEL_MACS_PER_S
+    else:   # BLAS streams each product's [M, C] matrix: narrow products run slower
+        rate = BLAS_MACS_PER_S * min(1.0, (per_chunk * tw / WINO_FULL_TILES) ** (2 / 3))
+        products = blocks * geo[M] * geo[C] * rows * (tw + 1) / rate
+    # the products' weights, read once a chunk, come from memory when they exceed L2
+    weights = blocks * geo[M] * geo[C] * 4
+    streamed = weights * chunks / WINO_WEIGHTS_BYTES_PER_S if weights > WINO_L2_BYTES else 0.0
+    slow_in, slow_out = WINO_TRANSFORM_COST[m]
+    return products + streamed + blocks * chunks * WINO_CALL_S + \
+        blocks * tiles * (geo[C] * slow_in / WINO_IN_ELEMS_PER_S + geo[M] * slow_out / WINO_OUT_ELEMS_PER_S)
+
+
+def _whole(n: int, unit: int) -> int:
+    """``n`` rounded up to whole ``unit``s."""
+    return -(-n // unit) * unit
+
+
+def winograd_tile(geo: np.ndarray, panels: bool | None = None) -> int:
+    """The Winograd tile side (``WINO_TILES``) the cost model prefers for this shape."""
+    panels = geo[KIND] == PRODUCTS_PANEL if panels is None else panels
+    return min(WINO_TILES, key=lambda m: _winograd_seconds(geo, m, panels))
 
 
 def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
@@ -265,17 +320,15 @@ def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
     if algo == WINOGRAD:
         if not winograd_applies(geo):
             return np.inf
-        tw, rows = (geo[WO] + 1) // 2, int(geo[N] * ((geo[HO] + 1) // 2))
+        # F(2x2)'s time, as fitted against the other algorithms (``winograd_tile`` picks F(4x4) where it is
+        # faster still: the choice of algorithm does not depend on it)
+        tw, rows = _tiles(geo[WO], 2), int(geo[N] * _tiles(geo[HO], 2))
         tiles, slots = rows * tw, rows * (tw + 1)   # products run over every slot, one junk a tile row
-        per_chunk = min(_winograd_rows(geo), rows)
-        chunk = per_chunk * tw
+        per_chunk = min(_winograd_rows(geo, 2), rows)
         if geo[KIND] == PRODUCTS_PANEL if panels is None else panels:
-            # the panel kernel at its rate, even on a chunk narrower than its 32 lanes: its operands stay in L2
-            # (measured on Zen 5, one core, whole convs: 64 -> 64 at 56x56 714 us, 512 -> 512 at 7x7, 20 slots
-            # a product, 1183 us; PANEL took 1337 and 1741, Winograd on OpenBLAS's AVX2 kernels 1170 and 2607)
-            rate = PANEL_MACS_PER_S
+            rate = PANEL_MACS_PER_S   # the panel kernel at its rate: its operands stay in L2
         else:   # BLAS streams each product's [M, C] matrix: narrow products run slower
-            rate = BLAS_MACS_PER_S * min(1.0, (chunk / WINO_FULL_TILES) ** (2 / 3))
+            rate = BLAS_MACS_PER_S * min(1.0, (per_chunk * tw / WINO_FULL_TILES) ** (2 / 3))
         return 16 * geo[M] * geo[C] * slots / rate + 16 * -(-rows // per_chunk) * WINO_CALL_S + \
             16 * tiles * (geo[C] / WINO_IN_ELEMS_PER_S + geo[M] / WINO_OUT_ELEMS_PER_S)
     if algo == DEPTHWISE:
@@ -315,18 +368,18 @@ def _gathers_in_tiles(geo: np.ndarray) -> bool:
     return not is_pointwise(geo) and int(geo[C] * geo[KH] * geo[KW] * geo[HO] * geo[WO]) > WHOLE_COL_MAX
 
 
-def choose(geo: np.ndarray, panels: bool = False) -> int:
+def choose(geo: np.ndarray, panels: bool = False, winograd: bool = True) -> int:
     """The algorithm for this shape: depthwise when it is one, else the cheapest of im2col + BLAS, direct,
-    Winograd and (``panels``: float32, constant weights, a host that runs the kernel fast) PANEL by the cost
-    model."""
+    Winograd (unless ``winograd`` is false) and (``panels``: float32, constant weights, a host that runs the
+    kernel fast) PANEL by the cost model."""
     if is_depthwise(geo):
         return DEPTHWISE
-    return min((GEMM, DIRECT, WINOGRAD) + ((PANEL,) if panels else ()),
+    return min((GEMM, DIRECT) + ((WINOGRAD,) if winograd else ()) + ((PANEL,) if panels else ()),
                key=lambda algo: seconds(geo, algo, panels))
 
 
 def use_panel_products(geo: np.ndarray, dtype) -> bool:
-    """Run a WINOGRAD conv's 16 products, or a GEMM conv's column tiles, in ``tlc.kernels.panel``'s kernel (the
+    """Run a WINOGRAD conv's 36 products, or a GEMM conv's column tiles, in ``tlc.kernels.panel``'s kernel (the
     weights broadcast, the transformed input or the tile's im2col block read where it is, as PANEL's positions
     in lanes) instead of BLAS: float32, a host that runs the kernel fast, and for the tiles a panel rate above
     BLAS's (``host_rates``); sets ``geo[KIND]``. Winograd's products are narrow, where BLAS is slowest: in the
@@ -434,7 +487,7 @@ def parallel(geo: np.ndarray, threads: int, min_seconds: float | None = None) ->
 
 def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
               min_seconds: float | None = None, epilogue: bool = False,
-              lanes: int | None = None) -> tuple[int, int, int]:
+              lanes: int | None = None, tile: int | None = None) -> tuple[int, int, int]:
     """Set ``geo``'s algorithm (``choose``'s unless given) and mode, and cut the work into one part per thread
     when it takes at least ``min_seconds`` on one core (``parallel``); a depthwise conv that an ``epilogue``
     follows into parts of at most ``EPILOGUE_ELEMS`` outputs (a whole number per thread), a PANEL conv into
@@ -446,15 +499,17 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         raise ValueError("the direct kernel takes whole blocks of output channels per group only")
     if geo[ALGO] == WINOGRAD:
         if not winograd_applies(geo):
-            raise ValueError("Winograd F(2x2, 3x3) takes 3x3 kernels, stride 1, no dilation, one group only")
-        geo[TILE] = _winograd_rows(geo)
+            raise ValueError("Winograd takes 3x3 kernels, stride 1, no dilation, one group only")
+        m = winograd_tile(geo, panels=panel.fast()) if tile is None else tile
+        geo[WT] = m
+        geo[TILE] = _winograd_rows(geo, m)
         geo[KIND] = PRODUCTS_BLAS   # (``use_panel_products`` may pick the panel kernel)
-        rows, tw = int(geo[N] * ((geo[HO] + 1) // 2)), int((geo[WO] + 1) // 2)
+        rows, tw = int(geo[N] * _tiles(geo[HO], m)), int(_tiles(geo[WO], m))
         if nparts > 1 and rows * tw < nparts * WINO_FULL_TILES and geo[N] * geo[M] >= nparts:
             # few tiles: every part reads the whole transformed input and computes its run of output channels
             geo[MODE] = ROWS
             si, q_size, so, per_image = _winograd_rows_layout(geo, nparts)
-            return int(16 * si + nparts * (q_size + 16 * so + 4 * per_image)), nparts, nparts
+            return int(_blocks(m) * si + nparts * (q_size + _blocks(m) * so + _wino_eo(m) * per_image)), nparts, nparts
         geo[MODE] = TILES
         parts = max(1, min(nparts, rows))
         return parts * _slot(_winograd_scratch(geo)), parts, 0
@@ -623,13 +678,14 @@ def _phase_offset(ki, kj, sw, sh, dh, dw, hq, wq):
 def pack_weights(w: np.ndarray, geo: np.ndarray) -> np.ndarray:
     """Weights [M, C/group, kh, kw] in the layout the algorithm reads, flat: as they are for GEMM, DEPTHWISE and
     PANEL with positions in lanes, [M/4, C/group, kh, kw, 4] (zero-padded to whole blocks) for DIRECT, for
-    WINOGRAD the 16 transformed matrices [16, M, C] (``G w G^T``, computed in float64), and for PANEL with
+    WINOGRAD the 36 transformed matrices [36, M, C] (``G w G^T``, computed in float64), and for PANEL with
     channels in lanes W [M, C*kh*kw] transposed in panels (``panel.pack``)."""
     if geo[ALGO] == PANEL and geo[KIND] == LANES_CHANNELS:
         return panel.pack(np.asarray(w, np.float32).reshape(w.shape[0], -1).T)
     if geo[ALGO] == WINOGRAD:
-        u = np.einsum("ai,mcij,bj->abmc", _WINO_G, np.asarray(w, np.float64), _WINO_G)
-        return np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]), w.dtype).reshape(-1)
+        g = _WINO_G[int(geo[WT])]
+        u = np.einsum("ai,mcij,bj->abmc", g, np.asarray(w, np.float64), g)
+        return np.ascontiguousarray(u.reshape(len(g) ** 2, w.shape[0], w.shape[1]), w.dtype).reshape(-1)
     if geo[ALGO] != DIRECT:
         return np.ascontiguousarray(w).reshape(-1)
     m, cg, kh, kw = w.shape
@@ -639,8 +695,28 @@ def pack_weights(w: np.ndarray, geo: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed.reshape(blocks, BLOCK, cg, kh, kw).transpose(0, 2, 3, 4, 1)).reshape(-1)
 
 
-#: Winograd F(2x2, 3x3)'s weight transform (its input and output transforms are written out in the kernel)
-_WINO_G = np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]])
+#: Winograd's weight transforms by tile side: F(2x2, 3x3) (points 0, +-1, infinity) and F(4x4, 3x3) (0, +-1, +-2,
+#: infinity); the input and output transforms, B^T and A^T of the same points, are written out in the kernels
+_WINO_G = {2: np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]),
+           4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                        [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
+
+
+def _tiles(length, m: int) -> int:
+    """Winograd tiles of side ``m`` along an output axis of ``length``."""
+    return (length + m - 1) // m
+
+
+def _blocks(m: int) -> int:
+    """F(m x m, 3x3)'s transformed blocks (and products): (m + 2)^2."""
+    return (m + 2) * (m + 2)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _wino_eo(m):
+    """The output transform's scratch planes a slot: F(2x2)'s four outputs, F(4x4)'s sixteen and the 24 of its
+    row pass (``_winograd_output4``)."""
+    return 4 if m == 2 else 40
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -1050,7 +1126,7 @@ def _copy_rows(op, dst, start, ho, wo, wq):
 
 
 @njit(cache=True, nogil=True)
-def _winograd_input(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
+def _winograd_input2(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
     """Winograd F(2x2, 3x3)'s input transform of the batch's tile rows [g0, g1) (row ``g``: image ``g // th``,
     output rows 2*(g % th) and the next): each tile's 4x4 input patch ``d`` (zero outside the image) becomes
     ``B^T d B``, whose 16 values go to 16 blocks [C, tiles] at ``scr[vo + k * si]``, in column
@@ -1058,7 +1134,7 @@ def _winograd_input(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
     columns are 2 * slot .. 2 * slot + 3 across the whole chunk and every loop runs its full length).
     Per channel: the four input rows of every tile are copied into four planes [rows, 2 * tw + 2], combined in
     place (B^T d), then each combined plane gives four blocks (d B) in one pass over the slots: long unit-stride
-    vector loops, where a loop per tile ran scalar. ``q``: ``_winograd_q(g1 - g0, tw)`` elements of scratch."""
+    vector loops, where a loop per tile ran scalar. ``q``: ``_winograd_q(2, g1 - g0, tw)`` elements of scratch."""
     c_all, h, width, ho, wo, pt, pl = geo[C], geo[H], geo[W], geo[HO], geo[WO], geo[PT], geo[PL]
     th, tw = (ho + 1) // 2, (wo + 1) // 2
     wp = 2 * tw + 2
@@ -1105,7 +1181,7 @@ def _winograd_input(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
 
 
 @njit(cache=True, nogil=True)
-def _winograd_output(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo):
+def _winograd_output2(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo):
     """Winograd's output transform: output channels [m0, m1) of tile rows [g0, g1) from the 16 product blocks
     [m1 - m0, tiles] at ``scr[oo + k * so]`` (slot ``(g - gbase) * (tw + 1) + tx``): ``A^T m A`` and the bias
     into four planes of the tiles' corners (one unit-stride pass over the slots), then interleaved into the
@@ -1163,25 +1239,249 @@ def _winograd_output(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, 
                     out[np.uint64(r1 + wo - 1)] = eo[np.uint64(2 * slots + src + pairs)]
 
 
+@njit(cache=True, nogil=True)
+def _winograd_input4(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
+    """Winograd F(4x4, 3x3)'s input transform of the batch's tile rows [g0, g1) (row ``g``: image ``g // th``,
+    output rows 4*(g % th) to the fourth after): each tile's 6x6 input patch ``d`` (zero outside the image)
+    becomes ``B^T d B``, whose 36 values go to 36 blocks [C, tiles] at ``scr[vo + k * si]``, in column
+    ``(g - gbase) * (tw + 1) + tx`` (``tw + 1`` slots a tile row: the last one is junk, so that a slot's input
+    columns are 4 * slot .. 4 * slot + 5 across the whole chunk and every loop runs its full length).
+    Per channel: the six input rows of every tile are copied into six planes, each as its four column phases
+    (column j of a tile row at ``(j % 4) * ln + j // 4``), combined in place (B^T d), then each combined plane
+    gives six blocks (d B) in one pass over the slots: long unit-stride vector loops (a slot's six columns read
+    with stride 4 from one row ran as gathers, 2.7x slower). ``q``: ``_winograd_q(4, g1 - g0, tw)`` elements.
+    B^T's rows (points 0, +-1, +-2): 4d0 - 5d2 + d4, -4(d1 + d2) + d3 + d4, 4(d1 - d2) - d3 + d4,
+    2(d3 - d1) - d2 + d4, -2(d3 - d1) - d2 + d4, 4d1 - 5d3 + d5; the factors are sums (x + x: exact), so one
+    compiled function serves float32 and float64 without a mixed-type product."""
+    c_all, h, width, ho, wo, pt, pl = geo[C], geo[H], geo[W], geo[HO], geo[WO], geo[PT], geo[PL]
+    th, tw = (ho + 3) // 4, (wo + 3) // 4
+    slots = (g1 - g0) * (tw + 1)
+    wp = 4 * (tw + 1)         # a tile row's input columns (the junk slot's four included)
+    rows = 4 * slots          # a plane of input rows, as the image lies (``d``)
+    ln = slots + 1            # a phase (the junk slot of the last tile row reads one past the slots)
+    span = 4 * ln             # a plane of combined rows in its four column phases (``B^T d``)
+    ph = 6 * rows + 4         # where the phases start
+    c0, c1 = max(0, pl), min(wp, pl + width)
+    for j in range(ph + 6 * span):
+        q[j] = 0.0
+    for c in range(c_all):
+        for i in range(6):
+            for g in range(g0, g1):
+                n = g // th
+                ty = g - n * th
+                ih = 4 * ty + i - pt
+                base = i * rows + (g - g0) * wp
+                if ih < 0 or ih >= h:
+                    for j in range(c0, c1):
+                        q[np.uint64(base + j)] = 0.0
+                    continue
+                src = x[n, c, ih]
+                for j in range(c0, c1):
+                    q[np.uint64(base + j)] = src[np.uint64(j - pl)]
+        for j in range(rows):   # B^T d in place (pad columns stay zero)
+            d0 = q[np.uint64(j)]
+            d1 = q[np.uint64(rows + j)]
+            d2 = q[np.uint64(2 * rows + j)]
+            d3 = q[np.uint64(3 * rows + j)]
+            d4 = q[np.uint64(4 * rows + j)]
+            d5 = q[np.uint64(5 * rows + j)]
+            q[np.uint64(j)] = _wino_in0(d0, d2, d4)
+            q[np.uint64(rows + j)] = _wino_in1(d1, d2, d3, d4)
+            q[np.uint64(2 * rows + j)] = _wino_in2(d1, d2, d3, d4)
+            q[np.uint64(3 * rows + j)] = _wino_in3(d1, d2, d3, d4)
+            q[np.uint64(4 * rows + j)] = _wino_in4(d1, d2, d3, d4)
+            q[np.uint64(5 * rows + j)] = _wino_in0(d1, d3, d5)
+        for r in range(6):      # each combined plane into its column phases (column j at (j % 4) * ln + j // 4)
+            a = r * rows
+            b = ph + r * span
+            for u in range(slots):
+                v0 = q[np.uint64(a + 4 * u)]
+                v1 = q[np.uint64(a + 4 * u + 1)]
+                v2 = q[np.uint64(a + 4 * u + 2)]
+                v3 = q[np.uint64(a + 4 * u + 3)]
+                q[np.uint64(b + u)] = v0
+                q[np.uint64(b + ln + u)] = v1
+                q[np.uint64(b + 2 * ln + u)] = v2
+                q[np.uint64(b + 3 * ln + u)] = v3
+        for r in range(6):      # (B^T d) B: slot t reads columns 4t .. 4t + 5 of combined row r, unit-stride
+            p0 = ph + r * span  # in its phases
+            p1, p2, p3 = p0 + ln, p0 + 2 * ln, p0 + 3 * ln
+            ob = vo + c * tiles + (g0 - gbase) * (tw + 1) + 6 * r * si
+            # a loop per block: a loop that wrote all six needed more run-time overlap checks than LLVM
+            # vectorizes with (it ran scalar, 4x slower)
+            for t in range(slots):
+                scr[np.uint64(ob + t)] = _wino_in0(q[np.uint64(p0 + t)], q[np.uint64(p2 + t)], q[np.uint64(p0 + t + 1)])
+            for t in range(slots):
+                scr[np.uint64(ob + si + t)] = _wino_in1(q[np.uint64(p1 + t)], q[np.uint64(p2 + t)],
+                                                        q[np.uint64(p3 + t)], q[np.uint64(p0 + t + 1)])
+            for t in range(slots):
+                scr[np.uint64(ob + 2 * si + t)] = _wino_in2(q[np.uint64(p1 + t)], q[np.uint64(p2 + t)],
+                                                            q[np.uint64(p3 + t)], q[np.uint64(p0 + t + 1)])
+            for t in range(slots):
+                scr[np.uint64(ob + 3 * si + t)] = _wino_in3(q[np.uint64(p1 + t)], q[np.uint64(p2 + t)],
+                                                            q[np.uint64(p3 + t)], q[np.uint64(p0 + t + 1)])
+            for t in range(slots):
+                scr[np.uint64(ob + 4 * si + t)] = _wino_in4(q[np.uint64(p1 + t)], q[np.uint64(p2 + t)],
+                                                            q[np.uint64(p3 + t)], q[np.uint64(p0 + t + 1)])
+            for t in range(slots):
+                scr[np.uint64(ob + 5 * si + t)] = _wino_in0(q[np.uint64(p1 + t)], q[np.uint64(p3 + t)],
+                                                            q[np.uint64(p1 + t + 1)])
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _winograd_q(rows, tw):
-    """Scratch of ``_winograd_input`` for ``rows`` tile rows: four planes of input rows, and 4 of slack that the
-    last (junk) slot reads."""
-    return 4 * rows * (2 * tw + 2) + 4
+def _wino_in0(a, b, c):
+    """4a - 5b + c (B^T's first row; its last is the same on d1, d3, d5)."""
+    u = a - b
+    u = u + u
+    return (u + u) - b + c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _wino_in1(d1, d2, d3, d4):
+    """-4(d1 + d2) + d3 + d4."""
+    u = d1 + d2
+    u = u + u
+    return (d3 + d4) - (u + u)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _wino_in2(d1, d2, d3, d4):
+    """4(d1 - d2) - d3 + d4."""
+    u = d1 - d2
+    u = u + u
+    return (d4 - d3) + (u + u)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _wino_in3(d1, d2, d3, d4):
+    """2(d3 - d1) - d2 + d4."""
+    u = d3 - d1
+    return (d4 - d2) + (u + u)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _wino_in4(d1, d2, d3, d4):
+    """-2(d3 - d1) - d2 + d4."""
+    u = d3 - d1
+    return (d4 - d2) - (u + u)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _wino_out(m0, m1, m2, m3, m4, m5):
+    """A^T's four rows on six values: m0 + m1 + m2 + m3 + m4, (m1 - m2) + 2(m3 - m4), (m1 + m2) + 4(m3 + m4),
+    (m1 - m2) + 8(m3 - m4) + m5."""
+    a, b, c, d = m1 + m2, m1 - m2, m3 + m4, m3 - m4
+    c2, d2 = c + c, d + d
+    d4 = d2 + d2
+    return m0 + a + c, b + d2, a + (c2 + c2), b + (d4 + d4) + m5
+
+
+@njit(cache=True, nogil=True)
+def _winograd_output4(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo):
+    """Winograd's output transform: output channels [m0, m1) of tile rows [g0, g1) from the 36 product blocks
+    [m1 - m0, tiles] at ``scr[oo + k * so]`` (slot ``(g - gbase) * (tw + 1) + tx``): ``A^T m A`` and the bias
+    into sixteen planes of the tiles' outputs, then interleaved into the output rows; outputs past HO or WO (a
+    ragged last tile) are not written. ``eo``: ``40 * (g1 - g0) * (tw + 1)`` elements of scratch: the sixteen
+    output planes and the 24 of ``m A``. In two passes of unit-stride loops over the slots (six blocks in, four
+    planes out), not one: a loop reading all 36 blocks and writing 16 planes needs more run-time overlap checks
+    than LLVM vectorizes with (it ran scalar, 4x slower)."""
+    m_all, ho, wo = geo[M], geo[HO], geo[WO]
+    th, tw = (ho + 3) // 4, (wo + 3) // 4
+    slots = (g1 - g0) * (tw + 1)
+    out = acc.reshape(-1)
+    hw = ho * wo
+    quads = wo // 4
+    rest = wo - 4 * quads
+    has_bias = bias.shape[0] > 0
+    zero = np.zeros(1, eo.dtype)[0]   # (a literal 0.0 would make the bias, and every sum with it, float64)
+    for m in range(m0, m1):
+        bv = bias[m] if has_bias else zero
+        b = oo + (m - m0) * tiles + (g0 - gbase) * (tw + 1)
+        for a in range(6):   # m A, row by row: 24 planes (4a + j) after the output planes
+            ba = b + 6 * a * so
+            ra = (16 + 4 * a) * slots
+            for t in range(slots):
+                r0, r1, r2, r3 = _wino_out(scr[np.uint64(ba + t)], scr[np.uint64(ba + so + t)],
+                                           scr[np.uint64(ba + 2 * so + t)], scr[np.uint64(ba + 3 * so + t)],
+                                           scr[np.uint64(ba + 4 * so + t)], scr[np.uint64(ba + 5 * so + t)])
+                eo[np.uint64(ra + t)] = r0
+                eo[np.uint64(ra + slots + t)] = r1
+                eo[np.uint64(ra + 2 * slots + t)] = r2
+                eo[np.uint64(ra + 3 * slots + t)] = r3
+        for j in range(4):   # A^T (m A), column by column, and the bias: output plane 4i + j
+            rj = (16 + j) * slots
+            for t in range(slots):
+                y0, y1, y2, y3 = _wino_out(eo[np.uint64(rj + t)], eo[np.uint64(rj + 4 * slots + t)],
+                                           eo[np.uint64(rj + 8 * slots + t)], eo[np.uint64(rj + 12 * slots + t)],
+                                           eo[np.uint64(rj + 16 * slots + t)], eo[np.uint64(rj + 20 * slots + t)])
+                eo[np.uint64(j * slots + t)] = y0 + bv
+                eo[np.uint64((4 + j) * slots + t)] = y1 + bv
+                eo[np.uint64((8 + j) * slots + t)] = y2 + bv
+                eo[np.uint64((12 + j) * slots + t)] = y3 + bv
+        for g in range(g0, g1):   # tile row g's output rows 4 * ty + i: plane 4i + j holds column 4 * tx + j
+            n = g // th
+            ty = g - n * th
+            src = (g - g0) * (tw + 1)
+            for i in range(min(4, ho - 4 * ty)):
+                r0 = (n * m_all + m) * hw + (4 * ty + i) * wo
+                e0 = 4 * i * slots + src
+                for j in range(quads):
+                    out[np.uint64(r0 + 4 * j)] = eo[np.uint64(e0 + j)]
+                    out[np.uint64(r0 + 4 * j + 1)] = eo[np.uint64(e0 + slots + j)]
+                    out[np.uint64(r0 + 4 * j + 2)] = eo[np.uint64(e0 + 2 * slots + j)]
+                    out[np.uint64(r0 + 4 * j + 3)] = eo[np.uint64(e0 + 3 * slots + j)]
+                for j in range(rest):
+                    out[np.uint64(r0 + 4 * quads + j)] = eo[np.uint64(e0 + j * slots + quads)]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _winograd_q(m, rows, tw):
+    """Scratch of the input transform of F(m x m) for ``rows`` tile rows, reused by the output transform. F(2x2):
+    four planes of input rows, and 4 of slack that the last (junk) slot reads. F(4x4): six planes of input rows,
+    then six of four column phases of ``slots + 1``, and 4 of slack; its output transform's 40 planes."""
+    if m == 2:
+        return 4 * rows * (2 * tw + 2) + 4
+    return max(6 * 4 * rows * (tw + 1) + 4 + 24 * (rows * (tw + 1) + 1), 40 * rows * (tw + 1))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _wino_eo(m):
+    """The output transform's scratch planes a slot: F(2x2)'s four outputs, F(4x4)'s sixteen and the 24 of its
+    row pass (``_winograd_output4``)."""
+    return 4 if m == 2 else 40
+
+
+@njit(cache=True, nogil=True)
+def _winograd_input(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
+    """The input transform of the tile side ``geo[WT]``."""
+    if geo[WT] == 2:
+        _winograd_input2(x, geo, scr, vo, si, tiles, g0, g1, gbase, q)
+    else:
+        _winograd_input4(x, geo, scr, vo, si, tiles, g0, g1, gbase, q)
+
+
+@njit(cache=True, nogil=True)
+def _winograd_output(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo):
+    """The output transform of the tile side ``geo[WT]``."""
+    if geo[WT] == 2:
+        _winograd_output2(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo)
+    else:
+        _winograd_output4(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo)
 
 
 @njit(cache=True, nogil=True)
 def _winograd_rows_layout(geo, nparts):
-    """ROWS mode's scratch: the whole batch's 16 transformed input blocks (block stride ``si``), shared by every
+    """ROWS mode's scratch: the whole batch's 36 transformed input blocks (block stride ``si``), shared by every
     part; then per part the input transform's rows (``q_size``: it transforms runs of ``geo[TILE]`` tile rows),
-    and per part 16 product blocks (stride ``so``: its most output channels of one image) with the output
-    transform's ``4 * per_image`` elements. Returns (si, q_size, so, per_image slots)."""
-    th, tw = (geo[HO] + 1) // 2, (geo[WO] + 1) // 2
+    and per part 36 product blocks (stride ``so``: its most output channels of one image) with the output
+    transform's ``_wino_eo(m) * per_image`` elements. Returns (si, q_size, so, per_image slots)."""
+    m = geo[WT]
+    th, tw = (geo[HO] + m - 1) // m, (geo[WO] + m - 1) // m
     per_image = th * (tw + 1)
     si = geo[C] * geo[N] * per_image + WINO_PAD
     most = min(geo[M], (geo[N] * geo[M] + nparts - 1) // nparts)
     so = most * per_image + WINO_PAD
-    return si, _winograd_q(min(geo[TILE], geo[N] * th), tw), so, per_image
+    return si, _winograd_q(m, min(geo[TILE], geo[N] * th), tw), so, per_image
 
 
 # ---------------------------------------------------------------------------- parts
@@ -1233,9 +1533,11 @@ def prepare_winograd(x, w, bias, geo, col, p, nprep):
     shared blocks at the start of ``col`` (see ``_winograd_shared``), with part ``p``'s own input rows after them."""
     if geo[MODE] != ROWS:
         return
-    rows = geo[N] * ((geo[HO] + 1) // 2)
+    m = geo[WT]
+    rows = geo[N] * ((geo[HO] + m - 1) // m)
     si, q_size, _, per_image = _winograd_rows_layout(geo, nprep)
-    q = col[16 * si + p * q_size:16 * si + (p + 1) * q_size]
+    nb = (m + 2) * (m + 2)
+    q = col[nb * si + p * q_size:nb * si + (p + 1) * q_size]
     g, stop = rows * p // nprep, rows * (p + 1) // nprep
     while g < stop:
         end = min(stop, g + geo[TILE])
@@ -1519,7 +1821,9 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
     channel) rows from the shared input transform (ROWS: for few tiles, where splitting them would leave each
     part's products too narrow)."""
     n_all, m_all, c_all = geo[N], geo[M], geo[C]
-    th, tw = (geo[HO] + 1) // 2, (geo[WO] + 1) // 2
+    mt = geo[WT]
+    nb, neo = (mt + 2) * (mt + 2), _wino_eo(mt)
+    th, tw = (geo[HO] + mt - 1) // mt, (geo[WO] + mt - 1) // mt
     tiles_mode = geo[MODE] == TILES
     if tiles_mode:   # runs of the batch's tile rows, in chunks of geo[TILE] rows, in this part's own scratch
         rows = n_all * th
@@ -1532,18 +1836,18 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
         r0, r1 = rows * p // nparts, rows * (p + 1) // nparts
         buf = col
         si, q_size, so, per_image = _winograd_rows_layout(geo, nparts)
-        oo = 16 * si + nparts * q_size + p * (16 * so + 4 * per_image)
-        eo_at = oo + 16 * so
+        oo = nb * si + nparts * q_size + p * (nb * so + neo * per_image)
+        eo_at = oo + nb * so
     # one call site per transform (each linked copy costs LLVM seconds in every module that links this one)
     r = r0
     while r < r1:
-        if tiles_mode:   # a chunk: input transform into 16 blocks [C, slots], 16 products, output transform
+        if tiles_mode:   # a chunk: input transform into nb blocks [C, slots], nb products, output transform
             stop = min(r1, r + geo[TILE])
             g0, g1, m0, m1 = r, stop, 0, m_all
             cols = (stop - r) * (tw + 1)
             si, so = c_all * cols + WINO_PAD, m_all * cols + WINO_PAD
-            b_at, ldb, oo, ldc = 0, cols, 16 * si, cols
-            eo_at = oo + 16 * so   # the input transform's rows, free again by the output transform
+            b_at, ldb, oo, ldc = 0, cols, nb * si, cols
+            eo_at = oo + nb * so   # the input transform's rows, free again by the output transform
         else:
             n = r // m_all
             stop = min(r1, (n + 1) * m_all)
@@ -1551,11 +1855,11 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
             cols = per_image
             b_at, ldb, ldc = n * per_image, n_all * per_image, per_image
         if tiles_mode:
-            _winograd_input(x, geo, buf, 0, si, cols, g0, g1, g0, buf[eo_at:eo_at + _winograd_q(g1 - g0, tw)])
-        for k in range(16):
+            _winograd_input(x, geo, buf, 0, si, cols, g0, g1, g0, buf[eo_at:eo_at + _winograd_q(mt, g1 - g0, tw)])
+        for k in range(nb):
             _product(m1 - m0, cols, c_all, w, (k * m_all + m0) * c_all, c_all, buf, b_at + k * si, ldb, buf,
                      oo + k * so, ldc, geo[KIND] == PRODUCTS_PANEL)
-        _winograd_output(acc, bias, geo, buf, oo, so, ldc, g0, g1, g0, m0, m1, buf[eo_at:eo_at + 4 * cols])
+        _winograd_output(acc, bias, geo, buf, oo, so, ldc, g0, g1, g0, m0, m1, buf[eo_at:eo_at + neo * cols])
         r = stop
     if tiles_mode:
         return 0, 0

@@ -613,10 +613,12 @@ class ConvSetup:
         self.geo = kconv.conv_geometry(x, w, y, window.strides, begin, window.dilations,
                                        int(attrs.get("group", 1)))
         # the panel kernel: float32, weights packed once, a host that runs it fast
-        algo = kconv.choose(self.geo, panels=weights is not None and self.dtype == np.float32 and panel.fast())
+        algo = kconv.choose(self.geo, panels=weights is not None and self.dtype == np.float32 and panel.fast(),
+                            winograd=ctx.options.winograd != "off")
         if weights is None and algo in (kconv.DIRECT, kconv.WINOGRAD):   # weights fed at run time: the
             algo = kconv.GEMM                                              # algorithm that reads them unpacked
-        self.col_size, self.nparts, self.nprep = kconv.plan_conv(self.geo, ctx.threads, algo, epilogue=epilogue)
+        self.col_size, self.nparts, self.nprep = kconv.plan_conv(
+            self.geo, ctx.threads, algo, epilogue=epilogue, tile=2 if ctx.options.winograd == "2x2" else None)
         kconv.use_vector_depthwise(self.geo, self.dtype)
         in_panels = kconv.use_panel_products(self.geo, self.dtype)
         if clamp is not None:   # an epilogue the kernel takes over (``EpilogueImpl._absorbed``)
@@ -637,7 +639,10 @@ class ConvSetup:
                 raise NotNative("a strided conv bias")
             self.bias = np.ascontiguousarray(own, self.dtype) if own is not None else V(ctx.inputs[2])
         self.out_shape = y
-        algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]] + (" (panel products)" if in_panels else "")
+        algo = kconv.ALGO_NAMES[self.geo[kconv.ALGO]]
+        if self.geo[kconv.ALGO] == kconv.WINOGRAD:
+            algo += " F({0}x{0}, 3x3)".format(int(self.geo[kconv.WT]))
+        algo += " (panel products)" if in_panels else ""
         self.note = f"{algo}, {self.nparts} part(s)" if self.nparts > 1 else algo
         if self.nparts > 1 and not self.parallel:
             self.note += " on this thread"

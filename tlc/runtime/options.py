@@ -16,6 +16,7 @@ from ..errors import TlcError
 from ..targets import Target, get
 
 JIT_MODES = ("auto", "eager", "lazy", "off")
+WINOGRAD_MODES = ("auto", "2x2", "off")
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,10 @@ class CompileOptions:
     ``compile()``; "lazy" starts compiling once a plan has run ``hot_threshold`` times; "off" runs numpy and
     reference steps only. ``num_threads`` (None = all cores) is the size of the one pool (Numba's) that runs
     every parallel step; BLAS runs single-threaded inside it. ``target``: a name or a ``tlc.targets.Target``,
-    resolved here to the object (an unknown name is a ``BackendError`` naming the known ones).
+    resolved here to the object (an unknown name is a ``BackendError`` naming the known ones). ``winograd``: how
+    3x3 stride-1 convolutions may run as Winograd products: "auto" F(2x2, 3x3) or F(4x4, 3x3), whichever the
+    cost model finds faster (F(4x4): about 10x F(2x2)'s rounding error, relative to the largest input of a 6x6
+    tile rather than to each output), "2x2" F(2x2) only, "off" none (im2col, panel or direct sums).
     """
 
     target: Target | str = "cpu"
@@ -39,6 +43,7 @@ class CompileOptions:
     hot_threshold: int = 5
     cache_dir: str | None = None
     max_specializations: int = 8     # input-shape signatures whose plans are kept (LRU)
+    winograd: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", get(self.target))
@@ -50,6 +55,8 @@ class CompileOptions:
             raise TlcError(f"num_threads must be a positive int or None (all cores); got {self.num_threads!r}")
         if not (isinstance(self.hot_threshold, int) and self.hot_threshold >= 1):
             raise TlcError(f"hot_threshold must be an int >= 1; got {self.hot_threshold!r}")
+        if self.winograd not in WINOGRAD_MODES:
+            raise TlcError(f"winograd must be one of {', '.join(WINOGRAD_MODES)}; got {self.winograd!r}")
         if self.max_specializations < 1:
             raise TlcError(f"max_specializations must be >= 1; got {self.max_specializations!r}")
         if isinstance(self.passes, list):
