@@ -307,10 +307,16 @@ def _whole(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
-def winograd_tile(geo: np.ndarray, panels: bool | None = None) -> int:
-    """The Winograd tile side (``WINO_TILES``) the cost model prefers for this shape."""
+def winograd_tile(geo: np.ndarray, panels: bool | None = None, nparts: int = 1) -> int:
+    """The Winograd tile side (``WINO_TILES``) the cost model prefers for this shape, cut into ``nparts``: F(4x4)
+    only where its tiles still fill every part (TILES mode). With fewer, parts split the output channels (ROWS)
+    and F(4x4) gained nothing from a second thread (128 -> 128 at 28x28, two threads: 0.47 ms against
+    F(2x2)'s 0.38 in TILES mode)."""
     panels = geo[KIND] == PRODUCTS_PANEL if panels is None else panels
-    return min(WINO_TILES, key=lambda m: _winograd_seconds(geo, m, panels))
+    fill = nparts * WINO_FULL_TILES
+    sides = [m for m in WINO_TILES if m == 2 or nparts == 1 or
+             geo[N] * _tiles(geo[HO], m) * _tiles(geo[WO], m) >= fill]
+    return min(sides, key=lambda m: _winograd_seconds(geo, m, panels))
 
 
 def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
@@ -500,7 +506,7 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
     if geo[ALGO] == WINOGRAD:
         if not winograd_applies(geo):
             raise ValueError("Winograd takes 3x3 kernels, stride 1, no dilation, one group only")
-        m = winograd_tile(geo, panels=panel.fast()) if tile is None else tile
+        m = winograd_tile(geo, panels=panel.fast(), nparts=nparts) if tile is None else tile
         geo[WT] = m
         geo[TILE] = _winograd_rows(geo, m)
         geo[KIND] = PRODUCTS_BLAS   # (``use_panel_products`` may pick the panel kernel)
@@ -1451,22 +1457,23 @@ def _wino_eo(m):
     return 4 if m == 2 else 40
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _winograd_input(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
-    """The input transform of the tile side ``geo[WT]``."""
+    """The input transform of the tile side ``geo[WT]``, called by address (``WINO_ENTRIES``): linked into the
+    part and preparation modules, the four transforms made them take 23 s to compile cold, 7 s before F(4x4)."""
     if geo[WT] == 2:
-        _winograd_input2(x, geo, scr, vo, si, tiles, g0, g1, gbase, q)
+        entries.call("wino_in2", (x, geo, scr, vo, si, tiles, g0, g1, gbase, q))
     else:
-        _winograd_input4(x, geo, scr, vo, si, tiles, g0, g1, gbase, q)
+        entries.call("wino_in4", (x, geo, scr, vo, si, tiles, g0, g1, gbase, q))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _winograd_output(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo):
-    """The output transform of the tile side ``geo[WT]``."""
+    """The output transform of the tile side ``geo[WT]``, called by address (see ``_winograd_input``)."""
     if geo[WT] == 2:
-        _winograd_output2(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo)
+        entries.call("wino_out2", (acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo))
     else:
-        _winograd_output4(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo)
+        entries.call("wino_out4", (acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1, eo))
 
 
 @njit(cache=True, nogil=True)
@@ -1933,6 +1940,35 @@ def _entry_prepare_winograd(xp, xn, wp, wn, bp, bn, gp, gn, cp, cn, p, nprep, rp
     prepare_winograd(x, w, bias, geo, col, p, nprep)
 
 
+def _entry_wino_in2(xp, xn, gp, gn, sp, sn, vo, si, tiles, g0, g1, gbase, qp, qn, rp):
+    geo = carray(gp, (GEO_SIZE,))
+    _winograd_input2(carray(xp, (geo[N], geo[C], geo[H], geo[W])), geo, carray(sp, (sn,)), vo, si, tiles, g0, g1,
+                     gbase, carray(qp, (qn,)))
+
+
+def _entry_wino_in4(xp, xn, gp, gn, sp, sn, vo, si, tiles, g0, g1, gbase, qp, qn, rp):
+    geo = carray(gp, (GEO_SIZE,))
+    _winograd_input4(carray(xp, (geo[N], geo[C], geo[H], geo[W])), geo, carray(sp, (sn,)), vo, si, tiles, g0, g1,
+                     gbase, carray(qp, (qn,)))
+
+
+def _entry_wino_out2(ap, an, bp, bn, gp, gn, sp, sn, oo, so, tiles, g0, g1, gbase, m0, m1, ep, en, rp):
+    geo = carray(gp, (GEO_SIZE,))
+    _winograd_output2(_output(ap, geo), carray(bp, (bn,)), geo, carray(sp, (sn,)), oo, so, tiles, g0, g1, gbase,
+                      m0, m1, carray(ep, (en,)))
+
+
+def _entry_wino_out4(ap, an, bp, bn, gp, gn, sp, sn, oo, so, tiles, g0, g1, gbase, m0, m1, ep, en, rp):
+    geo = carray(gp, (GEO_SIZE,))
+    _winograd_output4(_output(ap, geo), carray(bp, (bn,)), geo, carray(sp, (sn,)), oo, so, tiles, g0, g1, gbase,
+                      m0, m1, carray(ep, (en,)))
+
+
+#: the Winograd transforms, called by address from the Winograd part and preparation (``_winograd_input``)
+WINO_ENTRIES = (Entry("wino_in2", _entry_wino_in2, "rgriiiiiir"), Entry("wino_in4", _entry_wino_in4, "rgriiiiiir"),
+                Entry("wino_out2", _entry_wino_out2, "rrgriiiiiiiir"),
+                Entry("wino_out4", _entry_wino_out4, "rrgriiiiiiiir"))
+
 _PART_KINDS = "rrrgrrii"      # x, w, bias, geo, acc, col, p, nparts
 _PREPARE_KINDS = "rrrgrii"    # x, w, bias, geo, col, p, nprep
 
@@ -1952,6 +1988,9 @@ def ensure_entries(geo: np.ndarray, dtype) -> None:
     """Compile (or load) the entries of ``geo``'s algorithm for ``dtype`` (numpy's or Numba's): before any module
     that calls them (``call_*``, the parallel drivers, epilogue modules) is compiled or loaded."""
     algo = int(geo[ALGO])
+    if algo == WINOGRAD:
+        for entry in WINO_ENTRIES:
+            entries.ensure(entry, dtype)
     entries.ensure(PART_ENTRIES[algo], dtype)
     if algo in PREPARE_ENTRIES:
         entries.ensure(PREPARE_ENTRIES[algo], dtype)
