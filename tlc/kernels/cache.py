@@ -36,8 +36,8 @@ _HERE = Path(__file__).resolve().parent
 #: sources compiled into every kernel besides its own module (mathlib is inlined; epilogue modules call the
 #: product parts of gemm.py and the conv family of conv.py, which call BLAS through blas.py and the panel kernel
 #: through panel.py's inlined wrappers: a change to their arguments must not meet an old compiled kernel)
-_RUNTIME_SOURCES = ("mathlib.py", "bits.py", "_coefficients.py", "cudalib.py", "gemm.py", "blas.py", "conv.py",
-                    "entries.py", "panel.py")
+_RUNTIME_SOURCES = ("mathlib.py", "bits.py", "scratch.py", "_coefficients.py", "cudalib.py", "gemm.py", "blas.py",
+                    "conv.py", "entries.py", "panel.py")
 
 
 def default_cache_dir() -> Path:

@@ -301,15 +301,11 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
     )
     for dtype in sorted(plan.row_length):
         stmts.append(M.assign(row_length_var(dtype), M.call(M.np_type(dtype), M.name(length))))
-    task = [
-        M.assign(f"sc_{v}", M.call("np.empty", M.name(length), M.dotted(M.np_type(plan.dtypes[v]))))
-        for v in sorted(sched.materialized)
-    ]
-    task += [
-        M.assign(f"ss_{r.target}", M.call("np.empty", M.name(length), M.dotted(M.np_type(r.dtype))))
-        for p in range(sched.npasses) for r in _split_sums(plan, variant, sched, p)
-        if _sum_source(plan, sched, p, r) is None
-    ]
+    scratch = [(f"sc_{v}", plan.dtypes[v]) for v in sorted(sched.materialized)]
+    scratch += [(f"ss_{r.target}", r.dtype) for p in range(sched.npasses) for r in _split_sums(plan, variant, sched, p)
+                if _sum_source(plan, sched, p, r) is None]
+    task = [M.assign(row, M.call("ml.scratch_row", M.name(length), M.dotted(M.np_type(dtype))))
+            for row, dtype in scratch]
     task.append(M.assign("r0", M.binop(M.name("task"), "*", M.name("per"))))
     task.append(M.assign("r1", M.call("min", M.binop(M.name("r0"), "+", M.name("per")), M.name("rows"))))
     row = split_index("r", layout, outer) + bases(layout, outer)
@@ -325,6 +321,7 @@ def _row_body(plan: KernelPlan, variant: Variant, parallel: bool) -> list[ast.st
         if not sched.is_element(var):
             row.append(M.store(out_array(variant, m), unsigned(M.name("r")), M.name(var)))
     task.append(M.loop("r", M.name("r0"), M.name("r1"), row))
+    task += [ast.Expr(M.call("ml.free_row", M.name(row))) for row, _ in scratch]
     stmts.append(M.loop("task", M.integer(0), M.name("ntasks"), task, parallel))
     return stmts
 

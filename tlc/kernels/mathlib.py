@@ -26,6 +26,7 @@ from numba import njit
 
 from . import _coefficients as C
 from .bits import bits_f32, bits_f64, float_bits, key_value, ordered_key  # noqa: F401  (used by kernels)
+from .scratch import free_row, scratch_row  # noqa: F401  (used by kernels)
 
 _JIT = {"nogil": True, "error_model": "numpy", "fastmath": {"contract"}, "forceinline": True}
 
