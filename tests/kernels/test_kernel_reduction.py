@@ -146,6 +146,60 @@ def test_layer_norm_op_with_mean_and_inv_std_outputs_in_parallel(kcache):
     )
 
 
+#: what LLVM names the run-time check of how far apart a loop's arrays lie (before its vector code)
+_ALIAS_CHECKS = ("vector.memcheck", "diff.check", "found.conflict")
+
+
+def _placed_results(kernel, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> set[bytes]:
+    """The outputs' bytes from ``kernel`` run with its arrays laid one after another in one buffer, a few
+    elements apart (rows of 24 floats: closer than LLVM's vector step, so its run-time check can fail)."""
+    buf = np.empty(4096, inputs[0].dtype)
+    results = set()
+    for gap in (0, 1, 2, 3, 5, 8, 13, 21, 34, 1024):
+        for start in (0, 3, 8):
+            views = []
+            for a in inputs + outputs:
+                views.append(buf[start:start + a.size].reshape(a.shape))
+                start += a.size + gap
+            for view, a in zip(views, inputs, strict=False):
+                view[...] = a
+            kernel(views[:len(inputs)], views[len(inputs):])
+            results.add(b"".join(v.tobytes() for v in views[len(inputs):]))
+    return results
+
+
+def test_row_sums_add_in_one_order_wherever_the_arrays_lie(kcache):
+    """A float sum shares its pass's loop only where that loop stores to scratch rows alone, which LLVM tells
+    apart from every array (no run-time check, whose scalar copy would add in another order): Softmax's loops
+    hold no check, its rows give the same bits from the serial and the parallel function and with the input and
+    the output anywhere in one buffer. A sum in a pass that stores an output (y = x * w next to mean(y)) keeps a
+    loop of its own: the same bits wherever the arrays lie (fused into the output's loop, they differed)."""
+    rng = np.random.default_rng(7)
+    g = Graph("sm_placed")
+    g.output(g.add_node("Softmax", [g.input("x", "float32", ("N", 24))], axis=-1), "p")
+    softmax = compile_for(g, "reduction", kcache)
+    x = random_array(rng, (2, 24), "float32") * 4
+    (want,) = check_against_reference(softmax, g, [x])
+    module = next(iter(softmax._variants.values()))
+    for fn in (module.kernel_serial, module.kernel_parallel):
+        got = np.empty_like(want)
+        fn(np.array(x.shape, np.int64), x.ravel(), got.ravel())
+        assert got.tobytes() == want.tobytes()
+        ir = "\n".join(fn.inspect_llvm().values())
+        assert vectorized(ir, "float32") and not any(check in ir for check in _ALIAS_CHECKS)
+    assert _placed_results(softmax, [x], [want]) == {want.tobytes()}
+
+    g = Graph("mean_placed")
+    y = g.add_node("Mul", [g.input("x", "float32", ("N", 24)), g.input("w", "float32", ("N", 24))])
+    g.output(y, "y")
+    g.output(g.add_node("ReduceMean", [y, axes(g)]), "mean")
+    scaled = compile_for(g, "reduction", kcache)
+    for rows in (1, 2):
+        arrays = [random_array(rng, (rows, 24), "float32") for _ in range(2)]
+        want = check_against_reference(scaled, g, arrays)
+        assert len(_placed_results(scaled, arrays, want)) == 1
+
+
 def _single(op: str, **attrs) -> Graph:
     g = Graph("bad")
     x = g.input("x", "float32", (4, 5))
