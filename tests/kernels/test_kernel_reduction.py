@@ -176,18 +176,19 @@ def test_row_sums_add_in_one_order_wherever_the_arrays_lie(kcache):
     loop of its own: the same bits wherever the arrays lie (fused into the output's loop, they differed)."""
     rng = np.random.default_rng(7)
     g = Graph("sm_placed")
-    g.output(g.add_node("Softmax", [g.input("x", "float32", ("N", 24))], axis=-1), "p")
+    g.output(g.add_node("Softmax", [g.input("x", "float32", ("N", "C"))], axis=-1), "p")
     softmax = compile_for(g, "reduction", kcache)
-    x = random_array(rng, (2, 24), "float32") * 4
-    (want,) = check_against_reference(softmax, g, [x])
     module = next(iter(softmax._variants.values()))
+    for x in (random_array(rng, (64, 128), "float32") * 4, random_array(rng, (2, 24), "float32") * 4):
+        (want,) = check_against_reference(softmax, g, [x])
+        for fn in (module.kernel_serial, module.kernel_parallel):  # 128 columns: every partial sum of the loop
+            got = np.empty_like(want)
+            fn(np.array(x.shape, np.int64), x.ravel(), got.ravel())
+            assert got.tobytes() == want.tobytes()
+    assert _placed_results(softmax, [x], [want]) == {want.tobytes()}
     for fn in (module.kernel_serial, module.kernel_parallel):
-        got = np.empty_like(want)
-        fn(np.array(x.shape, np.int64), x.ravel(), got.ravel())
-        assert got.tobytes() == want.tobytes()
         ir = "\n".join(fn.inspect_llvm().values())
         assert vectorized(ir, "float32") and not any(check in ir for check in _ALIAS_CHECKS)
-    assert _placed_results(softmax, [x], [want]) == {want.tobytes()}
 
     g = Graph("mean_placed")
     y = g.add_node("Mul", [g.input("x", "float32", ("N", 24)), g.input("w", "float32", ("N", 24))])
