@@ -103,7 +103,10 @@ def transposes_as_views(steps: list[Step], outputs: set[int]) -> None:
     """A Transpose whose every reader takes strided inputs (BLAS operands) becomes a view: no copy.
 
     In a BERT block the per-head Q, K^T and V transposes feed matmuls only; a copy of each cost more than the
-    strided matmul saves (337 us strided vs 318 us contiguous + 150 us of copies for 12 heads of 128x64).
+    strided matmul saves (337 us strided vs 318 us contiguous + 150 us of copies for 12 heads of 128x64, both on
+    BLAS). Except a float32 transpose that moves the last axis into a product's B (K^T): copied, B takes the
+    panel product where it is, which a transposed B cannot (ViT-Tiny's scores, 3 heads of 197 x 64 x 197: 139
+    us on BLAS from the view, 62 + 11 us of copy in panels).
     """
     readers: dict[int, list[tuple[Step, int]]] = {}
     for st in steps:
@@ -113,5 +116,10 @@ def transposes_as_views(steps: list[Step], outputs: set[int]) -> None:
         if not isinstance(st.impl, TransposeImpl) or len(st.outputs) != 1 or st.outputs[0] in outputs:
             continue
         users = readers.get(st.outputs[0], [])
+        perm = st.impl.perm
+        moves_last = perm is None or perm[-1] != len(perm) - 1
+        float32 = st.node.output_types[0] is not None and st.node.output_types[0].dtype == "float32"
+        if moves_last and float32 and any(user.impl.wants_unit_columns(port) for user, port in users):
+            continue
         if users and all(user.impl.accepts_strided(port) for user, port in users):
             st.impl = TransposeViewImpl(st.impl.perm)
