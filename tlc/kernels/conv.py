@@ -24,12 +24,14 @@ compiled function serves every shape), and the algorithm is a field of it, chose
   row k of B is tap k's input row, found through a table of offsets; ResNet's 7x7 stem at 224x224, one core,
   1.62 -> 1.14 ms). Parts are runs of output channels (a panel's 32, or a tile's 12), or of output positions (of
   rows, on the phases) where the channels share out unevenly (``deferred``).
-- ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(4x4, 3x3). Weights transformed once at compile time
-  into 36 matrices U[36, M, C]; per chunk of 4x4 output tiles the 6x6 input tiles are transformed into 36 blocks
-  (B^T d B), multiplied by U in 36 products (4x fewer multiply-adds than im2col), and transformed back
-  (A^T m A) into the output. Parts are chunks of tile rows (``TILES``, the epilogue deferred) or, when there are
-  too few tiles for every thread, (image, output-channel) rows of one shared input transform (``ROWS``). On
-  float32 where the panel kernel runs fast, the 36 products run in it instead of BLAS (``use_panel_products``).
+- ``WINOGRAD`` (3x3, stride 1, no dilation, one group): F(m x m, 3x3) with m = 2 or 4 (``geo[WT]``, chosen by
+  ``winograd_tile``). Weights transformed once at compile time into (m + 2)^2 matrices U[(m + 2)^2, M, C]; per
+  chunk of m x m output tiles the (m + 2) x (m + 2) input tiles are transformed into as many blocks (B^T d B),
+  multiplied by U in as many products (2.25x fewer multiply-adds than im2col for F(2x2), 4x for F(4x4)), and
+  transformed back (A^T m A) into the output; the transforms are entries called by address. Parts are chunks
+  of tile rows (``TILES``, the epilogue deferred) or, when there are too few tiles for every thread, (image,
+  output-channel) rows of one shared input transform (``ROWS``). On float32 where the panel kernel runs fast,
+  the products run in it instead of BLAS (``use_panel_products``).
 
 Parts follow the contract of ``cpu.Contraction``: ``part_<algorithm>(x, w, bias, geo, acc, col, p, nparts)``
 computes part ``p`` of the output ``acc`` with its bias and returns the flat range [lo, hi) it wrote, so a
@@ -181,10 +183,10 @@ WINO_WEIGHTS_BYTES_PER_S = 40e9
 WINO_TRANSFORM_COST = {2: (1.0, 1.0), 4: (2.7, 1.9)}
 #: the weights of one chunk's products stay in L2 below this, and are read from memory once
 WINO_L2_BYTES = 1 << 20
-#: tiles x (C + M) of one chunk: its transformed blocks (16 times that: 1 MiB of float32) stay in L2; a chunk
-#: has at least WINO_FULL_TILES tiles, as the products slow down below (each streams its [M, C] matrix)
+#: tiles x (C + M) x blocks of one chunk: its transformed blocks (1 MiB of float32) stay in L2; a chunk has at
+#: least WINO_FULL_TILES tiles, as the products slow down below (each streams its [M, C] matrix)
 WINO_CHUNK_BLOCKS = 1 << 18
-#: elements between the 16 transformed blocks: blocks a multiple of 4 KiB apart fall in one L1 set, and the
+#: elements between the transformed blocks: blocks a multiple of 4 KiB apart fall in one L1 set, and the
 #: transforms, which touch all 16 at once, thrash it (the input transform ran 4x slower)
 WINO_PAD = 48
 #: PANEL (``tlc.kernels.panel``'s register-tiled kernel on float32 and constant weights, AVX-512 hosts): 1.1-1.2x
