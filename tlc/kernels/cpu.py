@@ -262,8 +262,10 @@ def _staged_loops(plan: KernelPlan, variant: Variant, stages: list[list[ScalarOp
         if s == len(stages) - 1:
             reads |= {var for _, var in plan.stores}
         needed_later |= {v for v in reads if v in defined_in and defined_in[v] < s}
+    # scratch rows LLVM tells apart from every array (``tlc.kernels.scratch``): the stages' loops have no run-time
+    # overlap check
     stmts = [
-        M.assign(f"sc_{v}", M.call("np.empty", M.integer(STAGE_BLOCK), M.dotted(M.np_type(plan.dtypes[v]))))
+        M.assign(f"sc_{v}", M.call("ml.scratch_row", M.integer(STAGE_BLOCK), M.dotted(M.np_type(plan.dtypes[v]))))
         for v in sorted(needed_later)
     ]
     sub = [M.assign("s1", M.call("min", M.binop(M.name("s0"), "+", M.integer(STAGE_BLOCK)), M.name("hi")))]
@@ -272,6 +274,7 @@ def _staged_loops(plan: KernelPlan, variant: Variant, stages: list[list[ScalarOp
         body = _stage_body(plan, variant, ops, needed_later, needed_later, last=s == len(stages) - 1)
         sub.append(M.loop("j", M.name("s0"), M.name("s1"), [jj] + body))
     stmts.append(M.loop("s0", M.name("lo"), M.name("hi"), sub, step=M.integer(STAGE_BLOCK)))
+    stmts += [ast.Expr(M.call("ml.free_row", M.name(f"sc_{v}"))) for v in sorted(needed_later)]
     return stmts
 
 
