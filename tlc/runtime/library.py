@@ -20,6 +20,7 @@ from ..ir.types import np_dtype
 from ..kernels import conv as kconv
 from ..kernels import gemm, lib_conv_nhwc, lib_pool, lib_pool_nhwc, resample
 from ..kernels import recurrent as krec
+from ..kernels import transpose as ktranspose
 from ..ops import conv as conv_ops
 from ..ops import dims as op_dims
 from ..ops import expr as E
@@ -28,7 +29,7 @@ from ..ops import recurrent as recurrent_ops
 from ..ops import resize as resize_ops
 from ..ops.layout import equal_split, slice_params
 from ..ops.window import make_window
-from .bound import Bound, Call, KernelRequest, NotNative, Ref, V, W, contiguous_strides
+from .bound import Bound, Call, F, KernelRequest, NotNative, Ref, V, W, contiguous_strides
 from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 
 
@@ -62,7 +63,17 @@ def transpose_into(x: np.ndarray, perm: tuple[int, ...] | None, out: np.ndarray)
     np.copyto(out, x.transpose(perm))
 
 
+def _warm_transpose(dtype) -> str:
+    """Compile the tiled transposed copy for ``dtype`` (on the JIT thread)."""
+    one = np.ones(ktranspose.RANK, np.int64)
+    ktranspose.copy(np.zeros(1, dtype), np.zeros(1, dtype), one, one * 0, one * 0)
+    return "transpose"
+
+
 class TransposeImpl(StepImpl):
+    """A transposed copy: numpy's, or ``tlc.kernels.transpose``'s tiles where numpy's reads the input at a stride
+    that evicts its own lines (a multiple of 1 KiB: BERT's K^T, MLP-Mixer's token mixing)."""
+
     reason = "numpy copy of a transposed view"
 
     def __init__(self, attrs: dict[str, Any]):
@@ -70,7 +81,19 @@ class TransposeImpl(StepImpl):
 
     def bind(self, ctx: BindContext) -> Bound:
         ctx.out_shapes()
-        return Bound([Call(transpose_into, (V(ctx.inputs[0]), self.perm, V(ctx.outputs[0])))])
+        (x,) = ctx.in_shapes()[:1]
+        fallback = [Call(transpose_into, (V(ctx.inputs[0]), self.perm, V(ctx.outputs[0])))]
+        dtype = ctx.out_dtype()
+        perm = self.perm or tuple(reversed(range(len(x))))
+        tiles = ktranspose.plan(tuple(x), perm, dtype.itemsize) \
+            if ctx.options.jit_enabled and ctx.contiguous(0) and dtype in (np.float32, np.float64) else None
+        if tiles is None:
+            return Bound(fallback)
+        native = [Call(ktranspose.copy, (F(ctx.inputs[0]), F(ctx.outputs[0])) +
+                       tuple(np.array(a, np.int64) for a in tiles))]
+        return Bound(fallback, mode="native", note="tiles of 16 x 16",
+                     request=KernelRequest("transpose", lambda alias: _warm_transpose(dtype),
+                                           lambda kern, alias: native))
 
 
 def transpose_view(x: np.ndarray, perm: tuple[int, ...] | None) -> np.ndarray:
