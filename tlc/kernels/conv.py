@@ -1134,6 +1134,26 @@ def _copy_rows(op, dst, start, ho, wo, wq):
             dst[np.uint64(d + j)] = op[np.uint64(r + j)]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _tile_rows(x, q, c, g0, g1, th, m, plane, wp, c0, c1, h, pt, pl):
+    """Channel ``c``'s input rows of the tile rows [g0, g1) of F(m x m) (each ``m + 2`` rows, zero outside the
+    image) into ``m + 2`` planes ``plane`` apart, a tile row ``wp`` wide in each, columns [c0, c1) only (the
+    padding columns stay as the caller zeroed them)."""
+    for i in range(m + 2):
+        for g in range(g0, g1):
+            n = g // th
+            ty = g - n * th
+            ih = m * ty + i - pt
+            base = i * plane + (g - g0) * wp
+            if ih < 0 or ih >= h:
+                for j in range(c0, c1):
+                    q[np.uint64(base + j)] = 0.0
+                continue
+            src = x[n, c, ih]
+            for j in range(c0, c1):
+                q[np.uint64(base + j)] = src[np.uint64(j - pl)]
+
+
 @njit(cache=True, nogil=True)
 def _winograd_input2(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
     """Winograd F(2x2, 3x3)'s input transform of the batch's tile rows [g0, g1) (row ``g``: image ``g // th``,
@@ -1153,19 +1173,7 @@ def _winograd_input2(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
     for j in range(4 * span + 4):
         q[j] = 0.0
     for c in range(c_all):
-        for i in range(4):
-            for g in range(g0, g1):
-                n = g // th
-                ty = g - n * th
-                ih = 2 * ty + i - pt
-                base = i * span + (g - g0) * wp
-                if ih < 0 or ih >= h:
-                    for j in range(c0, c1):
-                        q[np.uint64(base + j)] = 0.0
-                    continue
-                src = x[n, c, ih]
-                for j in range(c0, c1):
-                    q[np.uint64(base + j)] = src[np.uint64(j - pl)]
+        _tile_rows(x, q, c, g0, g1, th, 2, span, wp, c0, c1, h, pt, pl)
         for j in range(span):   # B^T d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3 (pad columns stay zero)
             d0 = q[np.uint64(j)]
             d1 = q[np.uint64(span + j)]
@@ -1274,19 +1282,7 @@ def _winograd_input4(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
     for j in range(ph + 6 * span):
         q[j] = 0.0
     for c in range(c_all):
-        for i in range(6):
-            for g in range(g0, g1):
-                n = g // th
-                ty = g - n * th
-                ih = 4 * ty + i - pt
-                base = i * rows + (g - g0) * wp
-                if ih < 0 or ih >= h:
-                    for j in range(c0, c1):
-                        q[np.uint64(base + j)] = 0.0
-                    continue
-                src = x[n, c, ih]
-                for j in range(c0, c1):
-                    q[np.uint64(base + j)] = src[np.uint64(j - pl)]
+        _tile_rows(x, q, c, g0, g1, th, 4, rows, wp, c0, c1, h, pt, pl)
         for j in range(rows):   # B^T d in place (pad columns stay zero)
             d0 = q[np.uint64(j)]
             d1 = q[np.uint64(rows + j)]
