@@ -316,9 +316,7 @@ def winograd_tile(geo: np.ndarray, panels: bool | None = None, nparts: int = 1) 
     512 -> 512 at 7x7, two threads, 8.7 ms against F(2x2)'s 3.8 (where one image gains: 128 -> 128 at 28x28,
     0.27 against 0.33 ms; not worth a rule of its own)."""
     panels = geo[KIND] == PRODUCTS_PANEL if panels is None else panels
-    fill = nparts * WINO_FULL_TILES
-    sides = [m for m in WINO_TILES if m == 2 or nparts == 1 or
-             geo[N] * _tiles(geo[HO], m) * _tiles(geo[WO], m) >= fill]
+    sides = [m for m in WINO_TILES if m == 2 or not _few_tiles(geo, m, nparts)]
     return min(sides, key=lambda m: _winograd_seconds(geo, m, panels))
 
 
@@ -513,8 +511,8 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         geo[WT] = m
         geo[TILE] = _winograd_rows(geo, m)
         geo[KIND] = PRODUCTS_BLAS   # (``use_panel_products`` may pick the panel kernel)
-        rows, tw = int(geo[N] * _tiles(geo[HO], m)), int(_tiles(geo[WO], m))
-        if nparts > 1 and rows * tw < nparts * WINO_FULL_TILES and geo[N] * geo[M] >= nparts:
+        rows = int(geo[N] * _tiles(geo[HO], m))
+        if _few_tiles(geo, m, nparts) and geo[N] * geo[M] >= nparts:
             # few tiles: every part reads the whole transformed input and computes its run of output channels
             geo[MODE] = ROWS
             si, q_size, so, per_image = _winograd_rows_layout(geo, nparts)
@@ -711,14 +709,21 @@ _WINO_G = {2: np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]),
                         [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
 
 
-def _tiles(length, m: int) -> int:
-    """Winograd tiles of side ``m`` along an output axis of ``length``."""
+@njit(cache=True, nogil=True, inline="always")
+def _tiles(length, m):
+    """Winograd tiles of side ``m`` along an output axis of ``length`` (the cost model and the kernels)."""
     return (length + m - 1) // m
 
 
-def _blocks(m: int) -> int:
+@njit(cache=True, nogil=True, inline="always")
+def _blocks(m):
     """F(m x m, 3x3)'s transformed blocks (and products): (m + 2)^2."""
     return (m + 2) * (m + 2)
+
+
+def _few_tiles(geo: np.ndarray, m: int, nparts: int) -> bool:
+    """Whether F(m x m)'s tiles of the batch are too few to give every one of ``nparts`` parts a full chunk."""
+    return nparts > 1 and geo[N] * _tiles(geo[HO], m) * _tiles(geo[WO], m) < nparts * WINO_FULL_TILES
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1165,7 +1170,7 @@ def _winograd_input2(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
     place (B^T d), then each combined plane gives four blocks (d B) in one pass over the slots: long unit-stride
     vector loops, where a loop per tile ran scalar. ``q``: ``_winograd_q(2, g1 - g0, tw)`` elements of scratch."""
     c_all, h, width, ho, wo, pt, pl = geo[C], geo[H], geo[W], geo[HO], geo[WO], geo[PT], geo[PL]
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    th, tw = _tiles(ho, 2), _tiles(wo, 2)
     wp = 2 * tw + 2
     span = (g1 - g0) * wp
     slots = (g1 - g0) * (tw + 1)
@@ -1205,7 +1210,7 @@ def _winograd_output2(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1,
     output rows; outputs past HO or WO (a ragged last tile) are not written. ``eo``: ``4 * (g1 - g0) * (tw + 1)``
     elements of scratch."""
     m_all, ho, wo = geo[M], geo[HO], geo[WO]
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
+    th, tw = _tiles(ho, 2), _tiles(wo, 2)
     slots = (g1 - g0) * (tw + 1)
     out = acc.reshape(-1)
     hw = ho * wo
@@ -1271,7 +1276,7 @@ def _winograd_input4(x, geo, scr, vo, si, tiles, g0, g1, gbase, q):
     2(d3 - d1) - d2 + d4, -2(d3 - d1) - d2 + d4, 4d1 - 5d3 + d5; the factors are sums (x + x: exact), so one
     compiled function serves float32 and float64 without a mixed-type product."""
     c_all, h, width, ho, wo, pt, pl = geo[C], geo[H], geo[W], geo[HO], geo[WO], geo[PT], geo[PL]
-    th, tw = (ho + 3) // 4, (wo + 3) // 4
+    th, tw = _tiles(ho, 4), _tiles(wo, 4)
     slots = (g1 - g0) * (tw + 1)
     wp = 4 * (tw + 1)         # a tile row's input columns (the junk slot's four included)
     rows = 4 * slots          # a plane of input rows, as the image lies (``d``)
@@ -1391,7 +1396,7 @@ def _winograd_output4(acc, bias, geo, scr, oo, so, tiles, g0, g1, gbase, m0, m1,
     planes out), not one: a loop reading all 36 blocks and writing 16 planes needs more run-time overlap checks
     than LLVM vectorizes with (it ran scalar, 4x slower)."""
     m_all, ho, wo = geo[M], geo[HO], geo[WO]
-    th, tw = (ho + 3) // 4, (wo + 3) // 4
+    th, tw = _tiles(ho, 4), _tiles(wo, 4)
     slots = (g1 - g0) * (tw + 1)
     out = acc.reshape(-1)
     hw = ho * wo
@@ -1482,7 +1487,7 @@ def _winograd_rows_layout(geo, nparts):
     and per part 36 product blocks (stride ``so``: its most output channels of one image) with the output
     transform's ``_wino_eo(m) * per_image`` elements. Returns (si, q_size, so, per_image slots)."""
     m = geo[WT]
-    th, tw = (geo[HO] + m - 1) // m, (geo[WO] + m - 1) // m
+    th, tw = _tiles(geo[HO], m), _tiles(geo[WO], m)
     per_image = th * (tw + 1)
     si = geo[C] * geo[N] * per_image + WINO_PAD
     most = min(geo[M], (geo[N] * geo[M] + nparts - 1) // nparts)
@@ -1540,9 +1545,9 @@ def prepare_winograd(x, w, bias, geo, col, p, nprep):
     if geo[MODE] != ROWS:
         return
     m = geo[WT]
-    rows = geo[N] * ((geo[HO] + m - 1) // m)
+    rows = geo[N] * _tiles(geo[HO], m)
     si, q_size, _, per_image = _winograd_rows_layout(geo, nprep)
-    nb = (m + 2) * (m + 2)
+    nb = _blocks(m)
     q = col[nb * si + p * q_size:nb * si + (p + 1) * q_size]
     g, stop = rows * p // nprep, rows * (p + 1) // nprep
     while g < stop:
@@ -1828,8 +1833,8 @@ def part_winograd(x, w, bias, geo, acc, col, p, nparts):
     part's products too narrow)."""
     n_all, m_all, c_all = geo[N], geo[M], geo[C]
     mt = geo[WT]
-    nb, neo = (mt + 2) * (mt + 2), _wino_eo(mt)
-    th, tw = (geo[HO] + mt - 1) // mt, (geo[WO] + mt - 1) // mt
+    nb, neo = _blocks(mt), _wino_eo(mt)
+    th, tw = _tiles(geo[HO], mt), _tiles(geo[WO], mt)
     tiles_mode = geo[MODE] == TILES
     if tiles_mode:   # runs of the batch's tile rows, in chunks of geo[TILE] rows, in this part's own scratch
         rows = n_all * th
