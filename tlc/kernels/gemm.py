@@ -156,12 +156,19 @@ def packs(b: np.ndarray | None, alpha: float) -> bool:
             and alpha == 1.0 and panel.fast())
 
 
+def reads_b_in_place(dtype, alpha: float) -> bool:
+    """Whether the panel product can read a B that is no constant where it is, given its columns are contiguous
+    (its rows are the kernel's panel rows): float32, alpha 1, an AVX-512 host. The lowering keeps a transpose
+    that would make such a B's columns strided a copy (``StepImpl.wants_unit_columns``). ``dtype``: a numpy dtype
+    or an IR dtype name (float8 names have no numpy dtype)."""
+    name = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    return name == "float32" and alpha == 1.0 and panel.fast()
+
+
 def in_place(dtype, b_unit_columns: bool, n: int, k: int, alpha: float) -> bool:
-    """Whether a product whose B is no constant takes the panel product on B where it is: float32, alpha 1, B's
-    columns contiguous (its rows are the kernel's panel rows), C at least ``IN_PLACE_MIN_COLUMNS`` wide, on an
-    AVX-512 host."""
-    return (np.dtype(dtype) == np.float32 and b_unit_columns and n >= IN_PLACE_MIN_COLUMNS and k > 0
-            and alpha == 1.0 and panel.fast())
+    """Whether a product whose B is no constant takes the panel product on B where it is (``reads_b_in_place``):
+    B's columns contiguous and C at least ``IN_PLACE_MIN_COLUMNS`` wide."""
+    return reads_b_in_place(dtype, alpha) and b_unit_columns and n >= IN_PLACE_MIN_COLUMNS and k > 0
 
 
 #: the whole product on the calling thread (``matmul`` with one part), called directly by the plans' runners

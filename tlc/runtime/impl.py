@@ -84,9 +84,9 @@ class StepImpl:
         """Whether input ``port`` may be any strided view at no extra cost (a transpose then becomes a view)."""
         return False
 
-    def wants_unit_columns(self, port: int) -> bool:
-        """Whether input ``port`` is read much faster with its last axis contiguous (a float32 product's B, which
-        the panel product reads where it is only so): a transpose that moves the last axis stays a copy."""
+    def wants_unit_columns(self, port: int, dtype: str) -> bool:
+        """Whether input ``port``, of ``dtype``, is read much faster with its last axis contiguous (a product's B,
+        which the panel product reads where it is only so): a transpose that moves the last axis stays a copy."""
         return False
 
 

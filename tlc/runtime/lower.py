@@ -118,8 +118,9 @@ def transposes_as_views(steps: list[Step], outputs: set[int]) -> None:
         users = readers.get(st.outputs[0], [])
         perm = st.impl.perm
         moves_last = perm is None or perm[-1] != len(perm) - 1
-        float32 = st.node.output_types[0] is not None and st.node.output_types[0].dtype == "float32"
-        if moves_last and float32 and any(user.impl.wants_unit_columns(port) for user, port in users):
+        out_type = st.node.output_types[0]
+        if moves_last and out_type is not None and any(user.impl.wants_unit_columns(port, out_type.dtype)
+                                                        for user, port in users):
             continue
         if users and all(user.impl.accepts_strided(port) for user, port in users):
             st.impl = TransposeViewImpl(st.impl.perm)

@@ -312,8 +312,8 @@ class ProductImpl(StepImpl):
     def accepts_strided(self, port: int) -> bool:
         return port < 2
 
-    def wants_unit_columns(self, port: int) -> bool:
-        return port == 1 and not self.trans[1] and self.alpha == 1.0 and panel.fast()
+    def wants_unit_columns(self, port: int, dtype: str) -> bool:
+        return port == 1 and not self.trans[1] and gemm.reads_b_in_place(dtype, self.alpha)
 
     def bind(self, ctx: BindContext) -> Bound:
         prod = Product(ctx, *self.trans, self.alpha, fold=True)
@@ -372,11 +372,11 @@ class EpilogueImpl(StepImpl):
     def accepts_strided(self, port: int) -> bool:
         return self.is_product and port not in self.ew_sources and ("in", port) in self.c_sources[:2]
 
-    def wants_unit_columns(self, port: int) -> bool:
+    def wants_unit_columns(self, port: int, dtype: str) -> bool:
         trans_b = bool(self.head_attrs.get("transB", 0)) if self.head.op == "Gemm" else False
         alpha = float(self.head_attrs.get("alpha", 1.0)) if self.head.op == "Gemm" else 1.0
         return self.is_product and len(self.c_sources) > 1 and self.c_sources[1] == ("in", port) and not trans_b \
-            and alpha == 1.0 and panel.fast()
+            and gemm.reads_b_in_place(dtype, alpha)
 
     def typed_epilogue(self, ctx: BindContext) -> tuple[Graph, list[TensorType]]:
         """The group's elementwise part typed for this step's shapes (the body cut the same way), and the types
