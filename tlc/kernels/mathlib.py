@@ -46,7 +46,8 @@ def _piece(ftype, piece):
     return ftype(2 / (b - a)), ftype(-(a + b) / (b - a)), tuple(ftype(c) for c in coeffs)
 
 
-def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int, limits: dict):
+def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int, limits: dict,
+           exp_poly: tuple | None = None):
     """The functions for one float type; constants live in the closure (Numba freezes them)."""
     F, Int = ftype, itype  # noqa: N806  (type constructors, as in the generated kernels)
     bias = 127 if mant == 23 else 1023
@@ -61,6 +62,10 @@ def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int
     min_normal, subnormal_scale = F(np.finfo(F).tiny), F(2.0**mant)
     sqrt2 = F(1.4142135623730951)
     exp_tail = tuple(F(1 / math.factorial(n)) for n in range(2, exp_terms + 1))
+    # float32: e**r on the reduced range as one fitted polynomial in plain Horner (6 fused multiply-adds; Taylor's
+    # 1 + (r + r^2 Q(r)) took 8 operations: exp 0.194 -> 0.179 ns an element, one core, same 1.05 ulp measured)
+    fitted = exp_poly is not None
+    exp_coeffs = tuple(F(c) for c in exp_poly[2]) if fitted else (one,)
     log_series = tuple(F(2 / (2 * n + 1)) for n in range(1, log_terms + 1))
     erf_small, erf_mid, erf_tail, tanh_small = (
         _piece(F, pieces[k]) for k in ("erf_small", "erf_mid", "erf_tail", "tanh_small")
@@ -75,11 +80,12 @@ def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int
     @njit(**_JIT)
     def exp(x):
         """e**x. Max error: 1.5 ulp (float32 and float64; about 1 measured)."""
-        xc = x if x > exp_lo else exp_lo  # NaN goes through here as exp_lo and is put back at the end
-        xc = xc if xc < exp_hi else exp_hi
+        # clamped by max/min (vmaxps/vminps; the two selects took two compares and two blends). A NaN comes out
+        # of the clamp as either bound or as NaN, runs through as garbage and is put back at the end
+        xc = min(max(x, exp_lo), exp_hi)
         k = np.rint(xc * log2e)
         r = (xc - k * ln2_hi) - k * ln2_lo  # Cody-Waite: k * ln2_hi is exact
-        p = one + (r + r * r * _horner(exp_tail, r))
+        p = _horner(exp_coeffs, r) if fitted else one + (r + r * r * _horner(exp_tail, r))
         ki = Int(k)
         k1 = ki >> 1  # 2**k as two normal factors: covers overflow and subnormal results, one rounding
         y = p * bits((k1 + bias) << mant) * bits((ki - k1 + bias) << mant)
@@ -137,7 +143,8 @@ def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int
 _F32 = _build(np.float32, np.int32, 23, {
     "erf_small": C.ERF_SMALL_F32, "erf_mid": C.ERF_MID_F32, "erf_tail": C.ERF_TAIL_F32,
     "tanh_small": C.TANH_SMALL_F32}, exp_terms=7, log_terms=5,
-    limits={"ln2_hi": 0.693145751953125, "ln2_lo": 1.4286068203094173e-06, "exp_lo": -104.0, "exp_hi": 89.0})
+    limits={"ln2_hi": 0.693145751953125, "ln2_lo": 1.4286068203094173e-06, "exp_lo": -104.0, "exp_hi": 89.0},
+    exp_poly=C.EXP_REDUCED_F32)
 _F64 = _build(np.float64, np.int64, 52, {
     "erf_small": C.ERF_SMALL_F64, "erf_mid": C.ERF_MID_F64, "erf_tail": C.ERF_TAIL_F64,
     "tanh_small": C.TANH_SMALL_F64}, exp_terms=13, log_terms=11,
