@@ -144,6 +144,35 @@ def test_products_on_weights_packed_in_panels(rng, threads):
     assert kind in notes(plan)
 
 
+def test_panel_tiles_for_every_rest_of_rows(rng):
+    """The panel kernel's rows as whole tiles of ``TILE`` and a rest, where a rest of fewer than ``REST_SPLIT``
+    rows after a whole tile runs with it as two tiles of about equal height: every row count from 1 to three tiles
+    and a rest, on one masked vector, a masked panel and a whole one, with a bias per row or per column, against
+    float64 products (fails if a split tile's rows are dropped, doubled or given another row's bias)."""
+    if not panel.fast():
+        pytest.skip("the panel kernel runs on AVX-512 hosts only")
+    from numba import njit
+
+    @njit(cache=False, nogil=True)
+    def product(packed, a, c, bias, rows, k, n, mode):
+        panel.panel_strided(packed.ctypes.data, panel.PANEL, k * panel.PANEL, a.ctypes.data, k, 1, c.ctypes.data,
+                            n, 1, rows, k, n, bias.ctypes.data, mode)
+
+    k = 37
+    for n in (16, 40, 64):
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        packed = panel.pack(w)
+        for rows in range(1, 3 * panel.TILE + panel.REST_SPLIT + 1):
+            a = rng.standard_normal((rows, k)).astype(np.float32)
+            for mode, bias in ((panel.BIAS_ROWS, rng.standard_normal(rows)), (panel.BIAS_COLUMNS,
+                                                                             rng.standard_normal(n))):
+                bias = bias.astype(np.float32)
+                c = np.full((rows, n), np.nan, np.float32)
+                product(packed, a, c, bias, rows, k, n, mode)
+                want = a.astype(np.float64) @ w + (bias[:, None] if mode == panel.BIAS_ROWS else bias[None, :])
+                np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4, err_msg=f"rows {rows}, n {n}, mode {mode}")
+
+
 def test_products_of_activations_in_panels_in_place(rng):
     """A B that is no constant, with contiguous columns (attention's probabilities times V), runs the panel
     kernel on B where it is (masked past N, 40 columns; a batch of 2 x 3 heads, broadcast over one of them); a B

@@ -62,6 +62,9 @@ PANEL = 32
 TILE = 12
 #: panels ahead that the k loop prefetches B's rows (a prefetch never faults, so past the last panel is fine)
 PREFETCH = 4
+#: a last tile of fewer rows than this after whole tiles runs with the last whole tile as two tiles of about equal
+#: height: alone, its rows' 2 to 10 accumulators wait on each multiply-add's latency (49 rows: 4 tiles and 1 row)
+REST_SPLIT = 6
 #: rows ahead that the first and the last tile of a packed panel prefetch the panel (0: none; 16 rows gained half
 #: of 64's, 96 and 128 no more)
 NEAR = 64
@@ -213,23 +216,43 @@ class _Emitter:
         x 1000 on cold weights 222 -> 151 us, warm 91 -> 88)."""
         b = self.b
         full = b.sdiv(self.rows, _const(TILE))
+        rest = b.sub(self.rows, b.mul(full, _const(TILE)))
+        # a rest of fewer than REST_SPLIT rows after a whole tile: the two as two tiles of about equal height
+        split = b.and_(b.and_(b.icmp_signed(">", rest, _const(0)), b.icmp_signed("<", rest, _const(REST_SPLIT))),
+                       b.icmp_signed(">", full, _const(0)))
+        whole = b.sub(full, b.zext(split, _i64))
         first = _const(0)
-        ends = "near" if reads == "packed" and NEAR else reads   # the first whole tile's and the last tile's
+        ends = "near" if reads == "packed" and NEAR else reads   # the first whole tile's and the last tiles'
         if ends != reads:
-            with b.if_then(b.icmp_signed(">", full, _const(0))):
+            with b.if_then(b.icmp_signed(">", whole, _const(0))):
                 self.tile(wp, col, _const(0), TILE, masked, ends, halves)
-            first = b.select(b.icmp_signed(">", full, _const(0)), _const(1), _const(0))
-        self.loop(first, full, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, masked, reads, halves),
+            first = b.select(b.icmp_signed(">", whole, _const(0)), _const(1), _const(0))
+        self.loop(first, whole, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, masked, reads, halves),
                   "tile")
-        start = b.mul(full, _const(TILE))
+        start = b.mul(whole, _const(TILE))
         done = self.fn.append_basic_block("rest_end")
-        switch = b.switch(b.sub(self.rows, start), done)
-        for height in range(1, TILE):
-            block = self.fn.append_basic_block(f"rest{height}")
-            switch.add_case(_const(height), block)
-            b.position_at_end(block)
-            self.tile(wp, col, start, height, masked, ends, halves)
-            b.branch(done)
+        with b.if_else(split) as (two, one):
+            with two:
+                cases = b.switch(rest, done)
+                for extra in range(1, REST_SPLIT):
+                    block = self.fn.append_basic_block(f"split{extra}")
+                    cases.add_case(_const(extra), block)
+                    b.position_at_end(block)
+                    upper = (TILE + extra + 1) // 2
+                    self.tile(wp, col, start, upper, masked, ends, halves)
+                    self.tile(wp, col, b.add(start, _const(upper)), TILE + extra - upper, masked, ends, halves)
+                    b.branch(done)
+                b.position_at_end(self.fn.append_basic_block("split_none"))   # (unreached: the switch covers it)
+            with one:
+                switch = b.switch(b.sub(self.rows, start), done)
+                for height in range(1, TILE):
+                    block = self.fn.append_basic_block(f"rest{height}")
+                    switch.add_case(_const(height), block)
+                    b.position_at_end(block)
+                    self.tile(wp, col, start, height, masked, ends, halves)
+                    b.branch(done)
+                b.position_at_end(self.fn.append_basic_block("rest_none"))
+        b.branch(done)
         b.position_at_end(done)
 
     def tile(self, wp, col, r0, height: int, masked: bool, reads: str, halves: int) -> None:
