@@ -161,6 +161,9 @@ PIECES = [
         _exp_of_inverse_square,
     ),
     ("erf_tail", _erfc_scaled_of_inverse, "0.25", "0.5", {"float32": 3e-9}, _exp_of_inverse_square),
+    # float32: erf(x) = 1 - exp(-x^2) H(1/x) for 1 <= |x| < 4 in one piece (degree 7, as erf_mid alone: the mid
+    # piece's polynomial is no longer evaluated beside the tail's)
+    ("erf_far", _erfc_scaled_of_inverse, "0.25", "1", {"float32": 1e-8}, _exp_of_inverse_square),
     # tanh(x) = x + x * Q(x^2) for |x| < 0.875 (error: absolute in Q)
     ("tanh_small", _tanh_over_x_minus_1, "0", "0.765625", {"float64": 1e-17, "float32": 1e-8}, None),
 ]
