@@ -36,6 +36,8 @@ GEOMETRIES = [
     (1, 70, 40, 80, 3, 1, 1, 1, 1),   # Winograd in several chunks a part
     (2, 3, 64, 13, 7, 2, 3, 1, 1),    # a 7x7 stride-2 stem: PANEL on the phases a row at a time (32 wide)
     (1, 32, 56, 13, 3, 2, 1, 1, 1),   # ... rows of 28 in chunks of 11 rows 29 wide (``_phase_rows``)
+    (1, 3, 24, 13, 8, 8, 0, 1, 1),    # a ViT-style patchify conv: LANES_CHANNELS on a positions-major im2col (RUNS)
+    (2, 5, 18, 7, 9, 3, 4, 1, 1),     # ... overlapping 9-wide windows, padded on every side, two images
 ]
 
 

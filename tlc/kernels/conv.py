@@ -71,7 +71,13 @@ CLAMP, CLAMP_BOUNDS = 21, 22
 SHARED = 23
 #: WINOGRAD: the side m of its output tiles, F(m x m, 3x3) with m = 2 or 4 (``plan_conv``, by the cost model)
 WT = 24
-GEO_SIZE = 25
+#: PANEL in LANES_CHANNELS on a gathered im2col matrix: 1 where it is positions-major, [HW, K] an image (each
+#: output position's K taps in a row, copied as runs of KW contiguous input elements: ``_im2col_positions``), 0
+#: where it is [K, HW] (``_im2col_rows``, a strided gather along each output row). Runs of ``RUNS_MIN_KW`` or more
+#: (ViT's 16x16 stride-16 patches, 3 -> 192 at 224x224, one core: the gather 60 -> 12 us of a 306 us conv)
+RUNS = 25
+RUNS_MIN_KW = 8
+GEO_SIZE = 26
 GEMM, DIRECT, DEPTHWISE, WINOGRAD, PANEL = 0, 1, 2, 3, 4
 ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd", "panel")
 IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
@@ -526,6 +532,8 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         geo[KIND] = panel_lanes(geo)[0] if lanes is None else lanes
         if geo[KIND] == LANES_PHASES and is_pointwise(geo):   # a pointwise conv reads its input as it is
             geo[KIND] = LANES_POSITIONS
+        geo[RUNS] = int(geo[KIND] == LANES_CHANNELS and not is_pointwise(geo) and geo[DW] == 1
+                        and geo[KW] >= RUNS_MIN_KW)
         units = int(geo[N]) * -(-int(geo[M]) // _panel_units(geo))
         # parts of whole units of output channels (contiguous: the epilogue follows each part), unless too few
         # units share out evenly: then runs of output positions (every channel, strided: deferred; on the stride
@@ -547,7 +555,8 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
             geo[SHARED] = 1 if 1 < nparts and geo[N] < nparts else 0
             return int(_phase_shared(geo)) + nparts * int(_phase_region(geo)), nparts, nparts * geo[SHARED]
         rows = int(geo[N] * geo[C] * geo[KH] * geo[KW])
-        return rows * int(geo[HO] * geo[WO]), nparts, min(nparts, rows)
+        positions = int(geo[N] * geo[HO] * geo[WO])   # the rows of a positions-major matrix (RUNS)
+        return rows * int(geo[HO] * geo[WO]), nparts, min(nparts, positions if geo[RUNS] else rows)
     if geo[ALGO] != GEMM:
         geo[KIND] = DEPTHWISE_PHASES   # (``use_vector_depthwise`` may pick the vector kernel)
         planes = int(geo[N] * geo[M])
@@ -1505,9 +1514,47 @@ def prepare_gemm(x, w, bias, geo, col, p, nprep):
 
 @njit(cache=True, nogil=True, inline="always")
 def _im2col_part(x, geo, col, p, nprep):
-    """Part ``p`` of ``nprep`` of the rows of the batch's whole im2col matrix, into ``col``."""
-    rows = geo[N] * geo[C] * geo[KH] * geo[KW]
-    _im2col_rows(x, geo, col, 0, rows * p // nprep, rows * (p + 1) // nprep)
+    """Part ``p`` of ``nprep`` of the rows of the batch's whole im2col matrix, into ``col`` ([K, HW] an image,
+    or positions-major where ``geo[RUNS]``)."""
+    if geo[RUNS]:
+        rows = geo[N] * geo[HO] * geo[WO]
+        _im2col_positions(x, geo, col, rows * p // nprep, rows * (p + 1) // nprep)
+    else:
+        rows = geo[N] * geo[C] * geo[KH] * geo[KW]
+        _im2col_rows(x, geo, col, 0, rows * p // nprep, rows * (p + 1) // nprep)
+
+
+@njit(cache=True, nogil=True)
+def _im2col_positions(x, geo, col, r0, r1):
+    """Rows [r0, r1) of the batch's positions-major im2col matrix (``RUNS``: row = (image, output position),
+    its K = C * KH * KW taps in (channel, ki, kj) order) into ``col``: each (channel, ki) a run of KW contiguous
+    input elements (unit dilation along the row), zeros where the window lies in the padding."""
+    c_all, h, width, kh, kw = geo[C], geo[H], geo[W], geo[KH], geo[KW]
+    ho, wo, sh, sw, dh, pt, pl = geo[HO], geo[WO], geo[SH], geo[SW], geo[DH], geo[PT], geo[PL]
+    hw = ho * wo
+    k = c_all * kh * kw
+    for r in range(r0, r1):
+        n = r // hw
+        oh = (r - n * hw) // wo
+        ow = r - n * hw - oh * wo
+        iw0 = ow * sw - pl
+        j0 = min(kw, max(0, -iw0))             # the window's columns [j0, j1) inside the row
+        j1 = max(j0, min(kw, width - iw0))
+        for c in range(c_all):
+            for ki in range(kh):
+                at = r * k + (c * kh + ki) * kw
+                ih = oh * sh - pt + ki * dh
+                if ih < 0 or ih >= h:
+                    for j in range(kw):
+                        col[np.uint64(at + j)] = 0.0
+                    continue
+                xrow = x[n, c, ih]
+                for j in range(j0):
+                    col[np.uint64(at + j)] = 0.0
+                for j in range(j0, j1):
+                    col[np.uint64(at + j)] = xrow[np.uint64(iw0 + j)]
+                for j in range(j1, kw):
+                    col[np.uint64(at + j)] = 0.0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -1788,6 +1835,8 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
     image_in = (geo[C] * geo[H] * geo[W] if col.shape[0] <= 1 else k * hw) * item
     out = acc.ctypes.data
     channels = geo[KIND] == LANES_CHANNELS
+    runs = geo[RUNS] != 0   # A (positions x taps) row-major, else the [K, HW] matrix read transposed
+    lda, a_k = (k, 1) if runs else (1, hw)
     # the bias is where the kernel's accumulators start: a column's (channels in lanes) or a row's
     mode = BIAS_NONE if bias.shape[0] == 0 else BIAS_COLUMNS if channels else BIAS_ROWS
     clamp = _clamp_at(geo)
@@ -1802,9 +1851,9 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
             n = t // tiles
             stop = min(t1, (n + 1) * tiles)
             i0, i1 = (t - n * tiles) * step, min(hw, (stop - n * tiles) * step)
-            image, at = src + n * image_in + i0 * item, out + (n * m_all * hw + i0) * item
+            image, at = src + n * image_in + i0 * (k if runs else 1) * item, out + (n * m_all * hw + i0) * item
             if channels:
-                panel_strided(w.ctypes.data, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw, i1 - i0, k,
+                panel_strided(w.ctypes.data, panel.PANEL, k * panel.PANEL, image, lda, a_k, at, 1, hw, i1 - i0, k,
                              m_all, bias.ctypes.data, mode, clamp)
             else:
                 panel_strided(image, hw, panel.PANEL, w.ctypes.data, k, 1, at, hw, 1, m_all, k, i1 - i0,
@@ -1817,7 +1866,7 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
         image = src + n * image_in
         at = out + (n * m_all + m0) * hw * item
         if channels:
-            panel_strided(w.ctypes.data + m0 * k * item, panel.PANEL, k * panel.PANEL, image, 1, hw, at, 1, hw,
+            panel_strided(w.ctypes.data + m0 * k * item, panel.PANEL, k * panel.PANEL, image, lda, a_k, at, 1, hw,
                          hw, k, m1 - m0, bias.ctypes.data + m0 * item, mode, clamp)
         else:
             panel_strided(image, hw, panel.PANEL, w.ctypes.data + m0 * k * item, k, 1, at, hw, 1, m1 - m0, k, hw,
