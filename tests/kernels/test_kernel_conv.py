@@ -286,6 +286,18 @@ def test_depthwise_parts_before_an_epilogue_fit_in_cache():
         assert parts < 2 * plain or -(-planes // (parts - plain)) > most   # no more parts than needed
 
 
+def test_panel_parts_share_out_channels_only_when_they_balance():
+    """PANEL parts take whole units of 12 output channels where they share out evenly, else runs of output
+    positions (TILES): 16 channels are units of 12 and 4 (3:1 at two parts), 24 two equal units, 32 three units;
+    64 are five and a 4 (36:28, within ``PANEL_BALANCE_MIN``)."""
+    assert panel.TILE == 12
+    for n, m, threads, mode in ((1, 16, 2, K.TILES), (1, 24, 2, K.ROWS), (1, 32, 2, K.TILES), (1, 64, 2, K.ROWS),
+                                (2, 16, 2, K.ROWS), (1, 16, 1, K.ROWS)):
+        geo = K.conv_geometry((n, 32, 56, 56), (m, 32, 1, 1), (n, m, 56, 56), (1, 1), (0, 0), (1, 1), 1)
+        K.plan_conv(geo, threads, K.PANEL, min_seconds=0, lanes=K.LANES_POSITIONS)
+        assert geo[K.MODE] == mode, (n, m, threads)
+
+
 def test_panel_parts_before_an_epilogue_fit_in_cache():
     """A PANEL conv that an epilogue follows is cut into parts of whole units of output channels holding at most
     ``EPILOGUE_ELEMS`` outputs (one unit where a unit holds more), a whole number per thread, so the epilogue
