@@ -86,36 +86,44 @@ def max_error(f, a: Decimal, b: Decimal, coeffs: list[float], scale, samples: in
 
 def fit(name: str, f, a: str, b: str, dtype: str, target: float, scale=lambda v: Decimal(1)) -> str:
     lo, hi = Decimal(a), Decimal(b)
-    for deg in range(3, 30):
-        mono = chebyshev_monomials(f, lo, hi, deg)
-        coeffs = [float(np.dtype(dtype).type(float(c))) for c in mono]
-        err = max_error(f, lo, hi, coeffs, scale)
-        if err <= target:
-            break
-    body = "".join(f"    {c!r},\n" for c in coeffs)
-    return (
-        f"# {name}: degree {deg} on [{a}, {b}], max error {err:.2e}\n"
-        f"{name.upper()} = ({float(lo)!r}, {float(hi)!r}, (\n{body}))\n"
-    )
+
+    def attempt(deg: int) -> tuple[list[float], float]:
+        coeffs = [float(np.dtype(dtype).type(float(c))) for c in chebyshev_monomials(f, lo, hi, deg)]
+        return coeffs, max_error(f, lo, hi, coeffs, scale)
+
+    deg, coeffs, err = _smallest(attempt, target)
+    return _entry(name, f"degree {deg} on [{a}, {b}], max error {err:.2e}", (float(lo), float(hi)), coeffs)
 
 
 def fit_monomials(name: str, f, b: str, dtype: str, target: float, scale) -> str:
     """As ``fit`` on [-b, b], with the coefficients in v itself (u = v / b folded into them: the caller runs
     plain Horner, no mapping of its argument). The entry's interval is (0, 0): nothing to map."""
     hi = Decimal(b)
-    for deg in range(3, 30):
+
+    def attempt(deg: int) -> tuple[list[float], float]:
         mono = [c / Fraction(hi) ** i for i, c in enumerate(chebyshev_monomials(f, -hi, hi, deg))]
         coeffs = [float(np.dtype(dtype).type(float(c))) for c in mono]
         # measured in v: the u-form checker with the interval [-1, 1] scaled to [-b, b]
-        err = max_error(lambda u: f(u * hi), Decimal(-1), Decimal(1),
-                        [c * float(hi) ** i for i, c in enumerate(coeffs)], lambda u: scale(u * hi))
+        return coeffs, max_error(lambda u: f(u * hi), Decimal(-1), Decimal(1),
+                                 [c * float(hi) ** i for i, c in enumerate(coeffs)], lambda u: scale(u * hi))
+
+    deg, coeffs, err = _smallest(attempt, target)
+    return _entry(name, f"degree {deg} on [-{b}, {b}] in v itself (no mapping), max relative error {err:.2e}",
+                  (0.0, 0.0), coeffs)
+
+
+def _smallest(attempt, target: float) -> tuple[int, list[float], float]:
+    """The smallest degree (3 to 29) whose rounded coefficients ``attempt`` finds within ``target``, or 29."""
+    for deg in range(3, 30):
+        coeffs, err = attempt(deg)
         if err <= target:
             break
+    return deg, coeffs, err
+
+
+def _entry(name: str, what: str, interval: tuple[float, float], coeffs: list[float]) -> str:
     body = "".join(f"    {c!r},\n" for c in coeffs)
-    return (
-        f"# {name}: degree {deg} on [-{b}, {b}] in v itself (no mapping), max relative error {err:.2e}\n"
-        f"{name.upper()} = (0.0, 0.0, (\n{body}))\n"
-    )
+    return f"# {name}: {what}\n{name.upper()} = ({interval[0]!r}, {interval[1]!r}, (\n{body}))\n"
 
 
 def _exp(v: Decimal) -> Decimal:
