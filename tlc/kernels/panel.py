@@ -231,28 +231,23 @@ class _Emitter:
                   "tile")
         start = b.mul(whole, _const(TILE))
         done = self.fn.append_basic_block("rest_end")
-        with b.if_else(split) as (two, one):
-            with two:
-                cases = b.switch(rest, done)
-                for extra in range(1, REST_SPLIT):
-                    block = self.fn.append_basic_block(f"split{extra}")
-                    cases.add_case(_const(extra), block)
-                    b.position_at_end(block)
-                    upper = (TILE + extra + 1) // 2
-                    self.tile(wp, col, start, upper, masked, ends, halves)
-                    self.tile(wp, col, b.add(start, _const(upper)), TILE + extra - upper, masked, ends, halves)
-                    b.branch(done)
-                b.position_at_end(self.fn.append_basic_block("split_none"))   # (unreached: the switch covers it)
-            with one:
-                switch = b.switch(b.sub(self.rows, start), done)
-                for height in range(1, TILE):
-                    block = self.fn.append_basic_block(f"rest{height}")
-                    switch.add_case(_const(height), block)
-                    b.position_at_end(block)
-                    self.tile(wp, col, start, height, masked, ends, halves)
-                    b.branch(done)
-                b.position_at_end(self.fn.append_basic_block("rest_none"))
-        b.branch(done)
+        # on the rows left after the whole tiles: fewer than a tile, one tile of that height; a tile and a split
+        # rest (TILE + 1 to TILE + REST_SPLIT - 1), two tiles
+        switch = b.switch(b.sub(self.rows, start), done)
+        for height in range(1, TILE):
+            block = self.fn.append_basic_block(f"rest{height}")
+            switch.add_case(_const(height), block)
+            b.position_at_end(block)
+            self.tile(wp, col, start, height, masked, ends, halves)
+            b.branch(done)
+        for extra in range(1, REST_SPLIT):
+            block = self.fn.append_basic_block(f"split{extra}")
+            switch.add_case(_const(TILE + extra), block)
+            b.position_at_end(block)
+            upper = (TILE + extra + 1) // 2
+            self.tile(wp, col, start, upper, masked, ends, halves)
+            self.tile(wp, col, b.add(start, _const(upper)), TILE + extra - upper, masked, ends, halves)
+            b.branch(done)
         b.position_at_end(done)
 
     def tile(self, wp, col, r0, height: int, masked: bool, reads: str, halves: int) -> None:
