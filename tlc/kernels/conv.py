@@ -74,7 +74,7 @@ WT = 24
 #: PANEL in LANES_CHANNELS on a gathered im2col matrix: 1 where it is positions-major, [HW, K] an image (each
 #: output position's K taps in a row, copied as runs of KW contiguous input elements: ``_im2col_positions``), 0
 #: where it is [K, HW] (``_im2col_rows``, a strided gather along each output row). Runs of ``RUNS_MIN_KW`` or more
-#: (ViT's 16x16 stride-16 patches, 3 -> 192 at 224x224, one core: the gather 60 -> 12 us of a 306 us conv)
+#: (ViT's 16x16 stride-16 patches, 3 -> 192 at 224x224, one core: the gather 60 -> 28 us of a 306 us conv)
 RUNS = 25
 RUNS_MIN_KW = 8
 GEO_SIZE = 26
