@@ -287,15 +287,21 @@ def test_depthwise_parts_before_an_epilogue_fit_in_cache():
 
 
 def test_panel_parts_share_out_channels_only_when_they_balance():
-    """PANEL parts take whole units of 12 output channels where they share out evenly, else runs of output
-    positions (TILES): 16 channels are units of 12 and 4 (3:1 at two parts), 24 two equal units, 32 three units;
-    64 are five and a 4 (36:28, within ``PANEL_BALANCE_MIN``)."""
-    assert panel.TILE == 12
-    for n, m, threads, mode in ((1, 16, 2, K.TILES), (1, 24, 2, K.ROWS), (1, 32, 2, K.TILES), (1, 64, 2, K.ROWS),
+    """PANEL parts take whole units of 12 output channels where they share out at least as evenly as runs of
+    output positions do, else the positions (TILES): 16 channels are units of 12 and 4 (3:1 at two parts), 24 two
+    equal units, 32 three units, 64 five and a 4 (36:28) against 98 panels of 32 positions (49:49). On the stride
+    phases positions go in chunks of output rows: ResNet's 7x7 s2 stem (112 rows, 56:56) takes them, its 3x3 s2
+    64 -> 128 conv to 28x28 (chunks of 11 rows: 11:17) keeps the channels (72:56)."""
+    assert panel.TILE == 12 and panel.PANEL == 32
+    for n, m, threads, mode in ((1, 16, 2, K.TILES), (1, 24, 2, K.ROWS), (1, 32, 2, K.TILES), (1, 64, 2, K.TILES),
                                 (2, 16, 2, K.ROWS), (1, 16, 1, K.ROWS)):
         geo = K.conv_geometry((n, 32, 56, 56), (m, 32, 1, 1), (n, m, 56, 56), (1, 1), (0, 0), (1, 1), 1)
         K.plan_conv(geo, threads, K.PANEL, min_seconds=0, lanes=K.LANES_POSITIONS)
         assert geo[K.MODE] == mode, (n, m, threads)
+    for (c, h, m, k, ho, pad), mode in (((3, 224, 64, 7, 112, 3), K.TILES), ((64, 56, 128, 3, 28, 1), K.ROWS)):
+        geo = K.conv_geometry((1, c, h, h), (m, c, k, k), (1, m, ho, ho), (2, 2), (pad, pad), (1, 1), 1)
+        K.plan_conv(geo, 2, K.PANEL, min_seconds=0, lanes=K.LANES_PHASES)
+        assert geo[K.MODE] == mode, (c, m, k)
 
 
 def test_panel_parts_before_an_epilogue_fit_in_cache():

@@ -540,10 +540,14 @@ def plan_conv(geo: np.ndarray, threads: int, algo: int | None = None,
         # units share out evenly: then runs of output positions (every channel, strided: deferred; on the stride
         # phases, runs of an image's chunks of output rows)
         even = units % nparts == 0 or units >= 4 * nparts
-        if even and not epilogue and _unit_balance(geo, units, nparts) < PANEL_BALANCE_MIN:
-            # whole units, but of unequal channels (16 output channels: units of 12 and 4): positions share out
-            # evenly (MobileNetV2's 32 -> 16 1x1 at 112x112, 2 threads: 58.6 us, 68 at 1 thread)
-            even = False
+        if even and not epilogue and nparts > 1:
+            # whole units, but of unequal channels (16 output channels: units of 12 and 4): runs of positions
+            # where they share out more evenly (MobileNetV2's 32 -> 16 1x1 at 112x112, 2 threads: 58.6 us, 68 at
+            # 1 thread; ResNet's 7x7 3 -> 64 stem at 224x224, units of 36 and 28 channels against 56 rows each:
+            # 595 -> 530 us), and always where the channels are far from even
+            balance = _unit_balance(geo, units, nparts)
+            if balance < PANEL_BALANCE_MIN or balance < _position_balance(geo, nparts):
+                even = False
         geo[MODE] = ROWS if nparts == 1 or even else TILES
         if geo[MODE] == ROWS:
             nparts = max(1, min(nparts, units))
@@ -751,6 +755,24 @@ def _unit_balance(geo: np.ndarray, units: int, nparts: int) -> float:
         held = range(units * p // nparts, units * (p + 1) // nparts)
         largest = max(largest, sum(last if u % per_image == per_image - 1 else unit for u in held))
     return int(geo[N]) * m_all / nparts / max(largest, 1)
+
+
+def _position_balance(geo: np.ndarray, nparts: int) -> float:
+    """The average part's output positions against the largest part's, with the batch's positions cut as
+    ``part_panel``'s TILES mode cuts them: whole chunks of output rows (LANES_PHASES, ``_phase_rows``), else
+    whole tiles of ``panel.TILE`` positions (LANES_CHANNELS) or panels of ``panel.PANEL`` (LANES_POSITIONS)."""
+    ho, hw = int(geo[HO]), int(geo[HO] * geo[WO])
+    if geo[KIND] == LANES_PHASES:
+        length, step, scale = ho, max(1, int(_phase_rows(geo))), int(geo[WO])
+    else:
+        length, step, scale = hw, panel.TILE if geo[KIND] == LANES_CHANNELS else panel.PANEL, 1
+    chunks = -(-length // step)
+    units = int(geo[N]) * chunks
+    largest = 0
+    for p in range(nparts):
+        held = range(units * p // nparts, units * (p + 1) // nparts)
+        largest = max(largest, sum(min(step, length - (u % chunks) * step) for u in held) * scale)
+    return int(geo[N]) * hw / nparts / max(largest, 1)
 
 
 def _few_tiles(geo: np.ndarray, m: int, nparts: int) -> bool:
