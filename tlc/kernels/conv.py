@@ -822,20 +822,24 @@ def _gemm(m, n, k, a, a_off, lda, b, b_off, ldb, c, c_off, ldc):
 @njit(cache=True, nogil=True)
 def _im2col_rows(x, geo, col, col_off, r0, r1):
     """Rows [r0, r1) of the im2col matrix of the whole batch (row = (image, channel, ki, kj), columns the output
-    positions) into ``col`` from ``col_off`` on (``col_off`` is where row 0 would start)."""
+    positions) into ``col`` from ``col_off`` on (``col_off`` is where row 0 would start). The row's (image,
+    channel, ki, kj) is counted on from r0's, not divided out of each row (ResNet's 3x3 s2 256 -> 512 to 7x7: 113 K
+    elements, 90 -> 59 us; 512 channels at 7x7, stride 1: 204 -> 140)."""
     c_all, h, width, kh, kw = geo[C], geo[H], geo[W], geo[KH], geo[KW]
     ho, wo, sh, sw, dh, dw, pt, pl = geo[HO], geo[WO], geo[SH], geo[SW], geo[DH], geo[DW], geo[PT], geo[PL]
     hw = ho * wo
     taps = kh * kw
+    xf = x.reshape(-1)
+    n = r0 // (c_all * taps)
+    rest = r0 - n * c_all * taps
+    c = rest // taps
+    ki = (rest - c * taps) // kw
+    kj = rest - c * taps - ki * kw
     for r in range(r0, r1):
-        n = r // (c_all * taps)
-        rest = r - n * c_all * taps
-        c = rest // taps
-        ki = (rest - c * taps) // kw
-        kj = rest - c * taps - ki * kw
         off = kj * dw - pl
         j0, j1 = _span(off, sw, width, wo)
         base = col_off + r * hw
+        plane = (n * c_all + c) * h * width
         for oh in range(ho):
             ih = oh * sh - pt + ki * dh
             row = base + oh * wo
@@ -843,17 +847,27 @@ def _im2col_rows(x, geo, col, col_off, r0, r1):
                 for j in range(wo):
                     col[np.uint64(row + j)] = 0.0
                 continue
-            xrow = x[n, c, ih]
+            src = plane + ih * width + off
             for j in range(j0):
                 col[np.uint64(row + j)] = 0.0
             if sw == 1:
                 for j in range(j0, j1):
-                    col[np.uint64(row + j)] = xrow[np.uint64(j + off)]
+                    col[np.uint64(row + j)] = xf[np.uint64(src + j)]
             else:
                 for j in range(j0, j1):
-                    col[np.uint64(row + j)] = xrow[np.uint64(j * sw + off)]
+                    col[np.uint64(row + j)] = xf[np.uint64(src + j * sw)]
             for j in range(j1, wo):
                 col[np.uint64(row + j)] = 0.0
+        kj += 1   # the next row's tap, channel and image
+        if kj == kw:
+            kj = 0
+            ki += 1
+            if ki == kh:
+                ki = 0
+                c += 1
+                if c == c_all:
+                    c = 0
+                    n += 1
 
 
 @njit(cache=True, nogil=True, inline="always")
