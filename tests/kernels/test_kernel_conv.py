@@ -174,9 +174,12 @@ def test_the_cost_model_picks_blas_winograd_direct_and_depthwise_where_each_wins
     assert K.choose(geometry(960, 7, 160, 1), panels=True) == K.PANEL              # MobileNetV2's 1x1s at 7x7
     assert K.panel_lanes(geometry(960, 7, 160, 1))[0] == K.LANES_CHANNELS          # 49 positions: 2 panels
     assert K.panel_lanes(geometry(16, 112, 96, 1))[0] == K.LANES_POSITIONS         # 12544 positions
-    # ResNet's last 3x3s: Winograd's products in the panel kernel (2.25x fewer products; measured on Zen 5 1183 us
-    # against PANEL's 1741); PANEL would put the channels in lanes (gathered)
-    assert K.choose(geometry(512, 7, 512, 3), panels=True) == K.WINOGRAD
+    # ResNet's last 3x3s: for one image PANEL with the channels in lanes (gathered), as Winograd's 20 slots a
+    # product fill a panel of 32 columns (measured on Zen 5: 1173 us against 1208; 2 threads 751 against 877); for
+    # eight, Winograd's products in the panel kernel (6.8 ms against 10.3)
+    assert K.choose(geometry(512, 7, 512, 3), panels=True) == K.PANEL
+    batch8 = K.conv_geometry((8, 512, 7, 7), (512, 512, 3, 3), (8, 512, 7, 7), (1, 1), (1, 1), (1, 1), 1)
+    assert K.choose(batch8, panels=True) == K.WINOGRAD
     assert K.choose(geometry(512, 7, 512, 3)) == K.GEMM                             # Winograd on BLAS: slower
     assert K.panel_lanes(geometry(512, 7, 512, 3))[0] == K.LANES_CHANNELS
     assert K.choose(geometry(64, 56, 64, 3), panels=True) == K.WINOGRAD

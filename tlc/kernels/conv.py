@@ -164,8 +164,8 @@ BLAS_FULL_COLUMNS = 128
 BLAS_FULL_DEPTH = 128
 BLAS_CALL_S = 10e-6
 IM2COL_ELEMS_PER_S = 3e9
-#: and ~5 ns a run of one output row (a 512 -> 512 3x3 conv at 7x7 gathers 4608 x 7 runs of 7 in ~0.25 ms)
-IM2COL_SEGMENT_S = 5e-9
+#: and ~2 ns a run of one output row (a 512 -> 512 3x3 conv at 7x7 gathers 4608 x 7 runs of 7 in ~0.14 ms)
+IM2COL_SEGMENT_S = 2e-9
 #: Winograd F(2x2, 3x3): its 16 products reach ~55 GMAC/s from 64 tiles a chunk on (16 tiles: 0.4 of it, as
 #: each product packs its whole [M, C] matrix), the input transform ~4.5 G and the output transform ~6 G
 #: transformed elements/s (unit-stride vector loops over a chunk's slots; 2-3.5 G on 7x7 planes), ~0.5 us per
@@ -341,6 +341,10 @@ def seconds(geo: np.ndarray, algo: int, panels: bool | None = None) -> float:
         per_chunk = min(_winograd_rows(geo, 2), rows)
         if geo[KIND] == PRODUCTS_PANEL if panels is None else panels:
             rate = PANEL_MACS_PER_S   # the panel kernel at its rate: its operands stay in L2
+            # on whole panels of columns: a chunk's slots rounded up (one image at 7x7: 20 slots in 32 columns;
+            # 512 -> 512 there, one core, 1208 us against PANEL's 1173 and 2 cores 877 against 751)
+            full, last = rows // per_chunk, rows % per_chunk
+            slots = full * _whole(per_chunk * (tw + 1), panel.PANEL) + _whole(last * (tw + 1), panel.PANEL)
         else:   # BLAS streams each product's [M, C] matrix: narrow products run slower
             rate = BLAS_MACS_PER_S * min(1.0, (per_chunk * tw / WINO_FULL_TILES) ** (2 / 3))
         return 16 * geo[M] * geo[C] * slots / rate + 16 * -(-rows // per_chunk) * WINO_CALL_S + \
