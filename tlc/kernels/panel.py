@@ -369,11 +369,12 @@ class _DepthwiseEmitter:
     row: per vector nine masked loads of the input (the masks drop the padding's columns and the lanes past the
     row; at stride 2 a row's three taps are the even lanes, the odd lanes and the even lanes a column on of two
     vectors and the first lane of a third) and nine fused multiply-adds with the
-    plane's weights, held in registers, then one masked store. Rows of the padding are skipped. Each plane first
-    prefetches the next plane's input, a line at a time: the column chunks walk a plane down its rows, which the
-    hardware prefetchers do not follow from memory (MobileNetV2 at batch 8, one core: its depthwise convs 15.9
-    -> 12.8 ms, 144 planes of 56x56 at batch 8 alone 4.5 -> 3.0 ms; at batch 1 unchanged, a stride-2 conv with
-    its input in cache up to ~10 us slower; the next plane's output too made batch 8 slower). A small plane
+    plane's weights, held in registers, then one masked store. Rows of the padding are skipped. The column
+    chunks walk a plane down its rows, which the hardware prefetchers do not follow from memory where a row holds
+    several chunks: there the first chunk prefetches, row by row, the next plane's input rows of that output row
+    (one core: MobileNetV2's depthwise convs at batch 8 17.4 -> 10.5 ms, at batch 1 ~1.08 -> ~0.97 ms; 144
+    planes of 56x56 at batch 8 alone 5.0 -> 1.5-1.8 ms; all of the next plane's lines at a plane's start: 12.8
+    ms at batch 8; its output lines too: slower). A small plane
     (stride 1, at most 8 wide) runs in vectors of 16 consecutive outputs of the flattened plane instead, each
     tap one masked load (its masks, which drop what lies across a row's end, computed once for every plane).
     With the ``MAX_POOL`` bit in ``flags`` the same loops take a 3x3 max pool instead (``max_pool_3x3``): the
@@ -412,10 +413,15 @@ class _DepthwiseEmitter:
                 for block, reduce in ((maximum, "max"), (conv, "fma")):
                     with block, b.if_else(b.icmp_signed("==", stride, _const(1))) as (one, two):
                         for strided, stride_ in ((one, 1), (two, 2)):
-                            with strided:
-                                _Emitter.loop(self, _const(0), planes,
-                                              lambda q, s_=stride_, r_=reduce: self.plane(q, s_, r_),
-                                              f"plane{stride_}{reduce}")
+                            # rows of several chunks: the first chunk's walk down the rows prefetches the next
+                            # plane's (rows of one chunk are read in order, which the hardware prefetchers follow)
+                            with strided, b.if_else(b.icmp_signed(">", self.wo, _const(LANES))) as (wide, narrow):
+                                for block_, fetch in ((wide, True), (narrow, False)):
+                                    with block_:
+                                        _Emitter.loop(self, _const(0), planes,
+                                                      lambda q, s_=stride_, r_=reduce, f_=fetch:
+                                                      self.plane(q, s_, r_, f_),
+                                                      f"plane{stride_}{reduce}{'f' if fetch else ''}")
         b.ret_void()
 
     def flat_masks(self, c, hw) -> None:
@@ -484,24 +490,20 @@ class _DepthwiseEmitter:
         bias.add_incoming(loaded, with_bias)
         self.bias = _splat(b, bias, _vec)
 
-    def plane(self, q, stride: int, reduce: str) -> None:
+    def plane(self, q, stride: int, reduce: str, fetch: bool) -> None:
+        """Plane ``q`` in column chunks; with ``fetch`` the first chunk prefetches the next plane's input."""
         b = self.b
         self.plane_setup(q, reduce)
-        # the next plane's input, a line at a time, into cache while this one computes
-        area = b.mul(self.h, self.width)
-        following = b.gep(self.xp, [b.mul(b.add(q, _const(1)), area)])
-        lines = b.sdiv(b.add(area, _const(LANES - 1)), _const(LANES))
-
-        def fetch(i):
-            at = b.bitcast(b.gep(following, [b.mul(i, _const(LANES))]), ir.IntType(8).as_pointer())
-            b.call(self.prefetch, [at, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
-
-        _Emitter.loop(self, _const(0), lines, fetch, "fetch")
         chunks = b.sdiv(b.add(self.wo, _const(LANES - 1)), _const(LANES))
-        _Emitter.loop(self, _const(0), chunks, lambda c: self.chunk(c, stride, reduce), "j")
+        if fetch:
+            self.following = b.gep(self.xp, [b.mul(b.add(q, _const(1)), b.mul(self.h, self.width))])
+            self.chunk(_const(0), stride, reduce, fetch=True)
+        _Emitter.loop(self, _const(1 if fetch else 0), chunks, lambda c: self.chunk(c, stride, reduce),
+                      "jf" if fetch else "j")
 
-    def chunk(self, c, stride: int, reduce: str) -> None:
-        """Outputs [j0, j0 + 16) (j0 = 16 c) of every output row: the column masks once, then the rows."""
+    def chunk(self, c, stride: int, reduce: str, fetch: bool = False) -> None:
+        """Outputs [j0, j0 + 16) (j0 = 16 c) of every output row: the column masks once, then the rows (with
+        ``fetch``, each row first prefetches the next plane's input rows of that output row)."""
         b = self.b
         vi64 = ir.VectorType(_i64, LANES)
         j0 = b.mul(c, _const(LANES))
@@ -527,7 +529,19 @@ class _DepthwiseEmitter:
             loads = [(first, inside(first, self.lanes, everything)),
                      (b.add(first, _const(LANES)), inside(first, self.lanes2, everything)),
                      (b.add(first, _const(2 * LANES)), inside(b.add(first, _const(2 * LANES)), self.lanes, lane0))]
-        _Emitter.loop(self, _const(0), self.ho, lambda oh: self.vector(oh, j0, keep, loads, stride, reduce), "oh")
+        def row(oh):
+            if fetch:   # the next plane's input rows of this output row, a line at a time
+                lines = b.sdiv(b.add(self.width, _const(LANES - 1)), _const(LANES))
+                first = b.gep(self.following, [b.mul(b.mul(oh, _const(stride)), self.width)])
+
+                def line(i):
+                    at = b.bitcast(b.gep(first, [b.mul(i, _const(LANES))]), ir.IntType(8).as_pointer())
+                    b.call(self.prefetch, [at, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
+
+                _Emitter.loop(self, _const(0), b.mul(lines, _const(stride)), line, "fetch")
+            self.vector(oh, j0, keep, loads, stride, reduce)
+
+        _Emitter.loop(self, _const(0), self.ho, row, "ohf" if fetch else "oh")
 
     def vector(self, oh, j0, keep, loads, stride: int, reduce: str) -> None:
         """Outputs [j0, j0 + 16) of output row ``oh``, masked past ``wo``: the taps' multiply-adds, or (a max
