@@ -690,11 +690,18 @@ def conv_bound(setup: ConvSetup, out: Ref, work: list, fallback: list[Call], not
     work.append(((setup.col_size,), setup.dtype))
     col = W(len(work) - 1)
     parallel = setup.parallel
-    if parallel or setup.nprep or setup.nparts > 1:
-        fn = kconv.conv_run_parallel if parallel else kconv.conv_run_serial
-        native = [Call(fn, setup.args(out, col) + (setup.nparts, setup.nprep))]
-    else:   # one part on this thread: the algorithm's part function, called directly
-        native = [Call(kconv.part_function(setup.geo), setup.args(out, col) + (0, 1))]
+    # the family's compiled functions called directly, each a Call the runner binds to its entry point for these
+    # argument types (a Python driver between them cost a dispatcher's type resolution per call: ~3 us a call
+    # where the run's other steps had left it cold)
+    args = setup.args(out, col)
+    prep_args = args[:4] + args[5:]   # the preparation takes no output
+    geo = setup.geo
+    if parallel:
+        native = [Call(kconv.parallel_prepare(geo), prep_args + (setup.nprep,))] if setup.nprep else []
+        native.append(Call(kconv.parallel_driver(geo), args + (setup.nparts,)))
+    else:   # the parts in turn on this thread
+        native = [Call(kconv.prepare_function(geo), prep_args + (p, setup.nprep)) for p in range(setup.nprep)]
+        native += [Call(kconv.part_function(geo), args + (p, setup.nparts)) for p in range(setup.nparts)]
     types = setup.types()
     return Bound(fallback, mode="native", note=note,
                  request=KernelRequest("conv", lambda alias: compile_conv(types, setup.geo, parallel),
