@@ -1,4 +1,4 @@
-"""The kernel cache: a second process loads without compiling, racing processes, damaged entries, settings."""
+"""The kernel cache: racing processes, a later process loads without compiling, damaged entries, settings."""
 
 from __future__ import annotations
 
@@ -63,20 +63,15 @@ def _finish(proc: subprocess.Popen) -> dict:
     return result
 
 
-def test_second_process_loads_from_disk_without_compiling(tmp_path):
-    first = _finish(_start(tmp_path))
-    second = _finish(_start(tmp_path))
-    assert first["hit"] is False
-    assert second["hit"] is True  # Numba found the compiled code: no compilation happened
+def test_racing_processes_both_succeed_and_a_later_one_loads_from_disk_without_compiling(tmp_path):
+    """Two processes compile the same key at once (each cold: the cache directory is empty, so every kernel of
+    tlc's compiles too), then a third loads it without compiling. One test: each cold process costs ~10 s."""
+    racing = [_finish(p) for p in [_start(tmp_path), _start(tmp_path)]]
+    assert not all(r["hit"] for r in racing)   # at least one of them compiled
+    later = _finish(_start(tmp_path))
+    assert later["hit"] is True  # Numba found the compiled code: no compilation happened
     assert sorted(p.suffix for p in tmp_path.glob("*.py")) == [".py"]
-    print(f"compile {first['seconds']:.3f} s, load in a new process {second['seconds']:.3f} s")
-
-
-def test_processes_racing_on_one_key_both_succeed(tmp_path):
-    procs = [_start(tmp_path), _start(tmp_path)]
-    results = [_finish(p) for p in procs]
-    assert len(results) == 2
-    assert _finish(_start(tmp_path))["hit"] is True
+    print(f"compile {max(r['seconds'] for r in racing):.3f} s, load in a new process {later['seconds']:.3f} s")
 
 
 def test_damaged_source_is_detected_and_rebuilt(tmp_path):
