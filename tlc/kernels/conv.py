@@ -748,16 +748,19 @@ def _blocks(m):
 PANEL_BALANCE_MIN = 0.85
 
 
+def _largest_part(units: int, nparts: int, size) -> int:
+    """The largest sum of ``size(u)`` over the runs of ``units`` that ``nparts`` parts take (part p the units
+    [units * p // nparts, units * (p + 1) // nparts), as the parts cut them)."""
+    return max(sum(size(u) for u in range(units * p // nparts, units * (p + 1) // nparts)) for p in range(nparts))
+
+
 def _unit_balance(geo: np.ndarray, units: int, nparts: int) -> float:
     """The average part's output channels against the largest part's, with the batch's ``units`` of
     ``_panel_units`` channels shared out as ``_channel_runs`` does (an image's last unit may hold fewer)."""
     unit, m_all = _panel_units(geo), int(geo[M])
     per_image = -(-m_all // unit)
     last = m_all - (per_image - 1) * unit
-    largest = 0
-    for p in range(nparts):
-        held = range(units * p // nparts, units * (p + 1) // nparts)
-        largest = max(largest, sum(last if u % per_image == per_image - 1 else unit for u in held))
+    largest = _largest_part(units, nparts, lambda u: last if u % per_image == per_image - 1 else unit)
     return int(geo[N]) * m_all / nparts / max(largest, 1)
 
 
@@ -771,11 +774,7 @@ def _position_balance(geo: np.ndarray, nparts: int) -> float:
     else:
         length, step, scale = hw, panel.TILE if geo[KIND] == LANES_CHANNELS else panel.PANEL, 1
     chunks = -(-length // step)
-    units = int(geo[N]) * chunks
-    largest = 0
-    for p in range(nparts):
-        held = range(units * p // nparts, units * (p + 1) // nparts)
-        largest = max(largest, sum(min(step, length - (u % chunks) * step) for u in held) * scale)
+    largest = _largest_part(int(geo[N]) * chunks, nparts, lambda u: min(step, length - (u % chunks) * step)) * scale
     return int(geo[N]) * hw / nparts / max(largest, 1)
 
 
