@@ -2249,23 +2249,31 @@ def parallel_driver(geo: np.ndarray):
     return globals()[PARALLEL_DRIVERS[int(geo[ALGO])]]
 
 
+def run_calls(geo: np.ndarray, parallel: bool, nparts: int, nprep: int) -> list[tuple]:
+    """The compiled calls that run a whole convolution, in order: (function, whether it takes the output, its
+    trailing arguments). Each takes (x, w, bias, geo) then (out,) col: the preparation's parts, then the parts,
+    on Numba's pool (``parallel``: each a parallel driver) or in turn on the calling thread."""
+    if parallel:
+        calls = [(parallel_prepare(geo), False, (nprep,))] if nprep else []
+        return calls + [(parallel_driver(geo), True, (nparts,))]
+    return [(prepare_function(geo), False, (p, nprep)) for p in range(nprep)] + \
+        [(part_function(geo), True, (p, nparts)) for p in range(nparts)]
+
+
+def _run(x, w, bias, geo, out, col, nparts, nprep, parallel: bool) -> None:
+    ensure_entries(geo, x.dtype)
+    for fn, with_out, tail in run_calls(geo, parallel, nparts, nprep):
+        fn(x, w, bias, geo, *((out, col) if with_out else (col,)), *tail)
+
+
 def conv_run_parallel(x, w, bias, geo, out, col, nparts, nprep):
     """Every part on Numba's pool."""
-    ensure_entries(geo, x.dtype)
-    if nprep:
-        parallel_prepare(geo)(x, w, bias, geo, col, nprep)
-    parallel_driver(geo)(x, w, bias, geo, out, col, nparts)
+    _run(x, w, bias, geo, out, col, nparts, nprep, True)
 
 
 def conv_run_serial(x, w, bias, geo, out, col, nparts, nprep):
     """Every part on the calling thread."""
-    ensure_entries(geo, x.dtype)
-    prepare = prepare_function(geo)
-    for p in range(nprep):
-        prepare(x, w, bias, geo, col, p, nprep)
-    part = part_function(geo)
-    for p in range(nparts):
-        part(x, w, bias, geo, out, col, p, nparts)
+    _run(x, w, bias, geo, out, col, nparts, nprep, False)
 
 
 def conv_run(x, w, bias, geo, out, col, nparts: int, nprep: int) -> None:

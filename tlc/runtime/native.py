@@ -695,13 +695,8 @@ def conv_bound(setup: ConvSetup, out: Ref, work: list, fallback: list[Call], not
     # where the run's other steps had left it cold)
     args = setup.args(out, col)
     prep_args = args[:4] + args[5:]   # the preparation takes no output
-    geo = setup.geo
-    if parallel:
-        native = [Call(kconv.parallel_prepare(geo), prep_args + (setup.nprep,))] if setup.nprep else []
-        native.append(Call(kconv.parallel_driver(geo), args + (setup.nparts,)))
-    else:   # the parts in turn on this thread
-        native = [Call(kconv.prepare_function(geo), prep_args + (p, setup.nprep)) for p in range(setup.nprep)]
-        native += [Call(kconv.part_function(geo), args + (p, setup.nparts)) for p in range(setup.nparts)]
+    native = [Call(fn, (args if with_out else prep_args) + tail)
+              for fn, with_out, tail in kconv.run_calls(setup.geo, parallel, setup.nparts, setup.nprep)]
     types = setup.types()
     return Bound(fallback, mode="native", note=note,
                  request=KernelRequest("conv", lambda alias: compile_conv(types, setup.geo, parallel),
