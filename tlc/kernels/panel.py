@@ -496,14 +496,15 @@ class _DepthwiseEmitter:
         self.plane_setup(q, reduce)
         chunks = b.sdiv(b.add(self.wo, _const(LANES - 1)), _const(LANES))
         if fetch:
-            self.following = b.gep(self.xp, [b.mul(b.add(q, _const(1)), b.mul(self.h, self.width))])
-            self.chunk(_const(0), stride, reduce, fetch=True)
+            following = b.gep(self.xp, [b.mul(b.add(q, _const(1)), b.mul(self.h, self.width))])
+            self.chunk(_const(0), stride, reduce, following)
         _Emitter.loop(self, _const(1 if fetch else 0), chunks, lambda c: self.chunk(c, stride, reduce),
                       "jf" if fetch else "j")
 
-    def chunk(self, c, stride: int, reduce: str, fetch: bool = False) -> None:
-        """Outputs [j0, j0 + 16) (j0 = 16 c) of every output row: the column masks once, then the rows (with
-        ``fetch``, each row first prefetches the next plane's input rows of that output row)."""
+    def chunk(self, c, stride: int, reduce: str, following=None) -> None:
+        """Outputs [j0, j0 + 16) (j0 = 16 c) of every output row: the column masks once, then the rows (given
+        ``following``, the next plane's input, each row first prefetches that plane's input rows of its output
+        row)."""
         b = self.b
         vi64 = ir.VectorType(_i64, LANES)
         j0 = b.mul(c, _const(LANES))
@@ -530,9 +531,9 @@ class _DepthwiseEmitter:
                      (b.add(first, _const(LANES)), inside(first, self.lanes2, everything)),
                      (b.add(first, _const(2 * LANES)), inside(b.add(first, _const(2 * LANES)), self.lanes, lane0))]
         def row(oh):
-            if fetch:   # the next plane's input rows of this output row, a line at a time
+            if following is not None:   # the next plane's input rows of this output row, a line at a time
                 lines = b.sdiv(b.add(self.width, _const(LANES - 1)), _const(LANES))
-                first = b.gep(self.following, [b.mul(b.mul(oh, _const(stride)), self.width)])
+                first = b.gep(following, [b.mul(b.mul(oh, _const(stride)), self.width)])
 
                 def line(i):
                     at = b.bitcast(b.gep(first, [b.mul(i, _const(LANES))]), ir.IntType(8).as_pointer())
@@ -541,7 +542,7 @@ class _DepthwiseEmitter:
                 _Emitter.loop(self, _const(0), b.mul(lines, _const(stride)), line, "fetch")
             self.vector(oh, j0, keep, loads, stride, reduce)
 
-        _Emitter.loop(self, _const(0), self.ho, row, "ohf" if fetch else "oh")
+        _Emitter.loop(self, _const(0), self.ho, row, "oh" if following is None else "ohf")
 
     def vector(self, oh, j0, keep, loads, stride: int, reduce: str) -> None:
         """Outputs [j0, j0 + 16) of output row ``oh``, masked past ``wo``: the taps' multiply-adds, or (a max
