@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -164,6 +165,30 @@ def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
     monkeypatch.setattr(place, "_sample", None)
     gov.exit(gov.enter())
     assert numba.get_num_threads() == 2
+
+
+def test_a_short_run_after_an_idle_gap_is_placed(monkeypatch):
+    """A run whose plan is short is placed anyway when no run has ended for ``IDLE_S`` (its workers sleep by
+    then, and a woken worker would land on the caller's CPU); one right after another run is not."""
+    import os
+
+    place = threads.placement()
+    if not place.enabled or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("no libgomp pool to place, or one CPU")
+    before = os.sched_getaffinity(0)
+    monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: False)
+    monkeypatch.setattr(place, "contended", lambda n: False)
+    gov = threads.Governor(2, uses_blas=False)
+    assert not gov._long
+    monkeypatch.setattr(threads, "_last_exit", time.perf_counter() - 2 * threads.IDLE_S)
+    token = gov.enter()
+    during = os.sched_getaffinity(0)
+    gov.exit(token)
+    assert len(during) == 1 and os.sched_getaffinity(0) == before
+    for _ in range(threads.SAMPLE_RUNS + 1):          # back to back: short runs go unplaced, timed or not
+        token = gov.enter()
+        assert os.sched_getaffinity(0) == before
+        gov.exit(token)
 
 
 def test_planner_never_writes_in_place_over_a_view_still_read():

@@ -17,8 +17,9 @@ thread made models slower. Now:
 - Numba's thread count is per calling thread; each run sets it to the plan's ``num_threads``;
 - where other processes keep busy the CPUs a run's workers need (``Placement.contended``: /proc/stat, looked at
   every ``LOOK_S``), the run's parallel steps run their parts in turn on the calling thread;
-- during a run of a plan with threads (one that took at least ``PLACE_MIN_S`` last time), the calling thread is
-  held on the CPU it is on and its OpenMP workers on the other CPUs it may use (``Placement``). Without it, a
+- during a run of a plan with threads (one that took at least ``PLACE_MIN_S`` last time, or any run after the
+  process's runs have been idle ``IDLE_S``), the calling thread is held on the CPU it is on and its OpenMP
+  workers on the other CPUs it may use (``Placement``). Without it, a
   worker woken after an idle gap is placed on the caller's CPU by the scheduler (wake-affine) and the two share
   one core until the load balancer parts them ~50 ms later: UNet at 2 threads ran its first runs after a 0.15 s
   pause at 11-15 ms instead of 7.4. Skipped where the user placed OpenMP's threads (``OMP_PROC_BIND``,
@@ -39,8 +40,12 @@ from ..kernels import blas
 #: gaps of 100 us between parallel regions, 30,000 gaps of 300 us, 100,000 gaps of 1 ms)
 SPIN_COUNT = 50_000
 
-#: a run shorter than this (the plan's previous one) is not worth the ~7 us of placement calls
+#: a run shorter than this (the plan's previous one) is not worth the ~7 us of placement calls ...
 PLACE_MIN_S = 1e-3
+#: ... unless no run of the process's has ended for this long (s): its workers sleep by then, and a worker woken
+#: after such a gap lands on the caller's CPU (dynamic_batch b1 at 2 threads after a 0.15 s pause: 3.0 ms unplaced
+#: against 0.3; a bare two-iteration Numba loop 5.8 ms; gaps of 5 ms cost nothing)
+IDLE_S = 0.01
 #: a plan whose runs are short times one run in this many (whether they have become long)
 SAMPLE_RUNS = 8
 #: how often (s) placement looks whether other processes keep our CPUs busy (~20 us a look)
@@ -48,6 +53,7 @@ LOOK_S = 0.1
 
 _lock = threading.Lock()
 _depth = 0                  # runs in progress (process-wide), for BLAS's count
+_last_exit = 0.0            # perf_counter when the process's last placeable run ended
 _blas_before = 0            # BLAS's count when the first of them began
 
 
@@ -278,12 +284,14 @@ class Governor:
         token = None
         if self._place is not None:   # runs at one thread (or unplaceable) keep no timings
             self._runs += 1
-            if self._long or self._runs >= SAMPLE_RUNS:
+            now = time.perf_counter()
+            idle = now - _last_exit >= IDLE_S
+            if self._long or idle or self._runs >= SAMPLE_RUNS:
                 self._runs = 0
-                placed = self._long and threads > 1
+                placed = (self._long or idle) and threads > 1
                 if placed:
                     self._place.enter(self.threads)
-                token = (placed, time.perf_counter(), threads != self.threads)
+                token = (placed, now, threads != self.threads)
             elif threads != self.threads:
                 token = (False, None, True)
         if self.uses_blas:
@@ -297,7 +305,9 @@ class Governor:
 
     def exit(self, token: tuple[bool, float | None, bool] | None) -> None:
         """End the run that ``enter`` began with ``token``."""
-        global _depth
+        global _depth, _last_exit
+        if self._place is not None:
+            _last_exit = time.perf_counter()
         if token is not None:
             placed, start, lowered = token
             if placed:
