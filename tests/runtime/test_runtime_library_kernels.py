@@ -195,6 +195,45 @@ def test_softmax_concat_transpose(rng):
     check("Transpose", [x], {})
 
 
+def test_concat_inputs_written_in_place(rng):
+    """A channel Concat at batch 1 copies nothing: the producers write its inputs where they lie in its output
+    (the memory planner's joins), while a later elementwise step reading an input cannot take its range in place;
+    at batch 2, or where an input is also a graph output, it copies as before. Each against onnxruntime."""
+    init = [helper.make_tensor(n, onnx.TensorProto.FLOAT, a.shape, a.ravel()) for n, a in (
+        ("w1", rng.standard_normal((4, 3, 3, 3), dtype=np.float32)),
+        ("w2", rng.standard_normal((2, 3, 1, 1), dtype=np.float32)),
+        ("w3", rng.standard_normal((2, 6, 3, 3), dtype=np.float32)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["a"]),
+             helper.make_node("Conv", ["x", "w2"], ["c2"]),
+             helper.make_node("Sigmoid", ["c2"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("Mul", ["a", "a"], ["d"]),
+             helper.make_node("Conv", ["cat", "w3"], ["y"], pads=[1, 1, 1, 1])]
+
+    def run(batch, outputs):
+        graph = helper.make_graph(nodes, "join", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
+                                                                                [batch, 3, 8, 8])],
+                                  [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in outputs],
+                                  init)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+        feeds = {"x": rng.standard_normal((batch, 3, 8, 8), dtype=np.float32)}
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        for jit in ("off", "eager"):
+            plan = tlc.compile(from_onnx(model)[0], jit=jit)
+            for _ in range(2):
+                got = plan.run(feeds)
+                for name, w in zip(outputs, want):
+                    np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-4)
+            (cat,) = [s for s in plan.stats().steps if s.op == "Concat"]
+            assert cat.mode != "reference"
+            yield "written in place" in " ".join([cat.reason] + cat.notes)
+
+    assert all(run(1, ["y", "d"]))
+    assert not any(run(2, ["y", "d"]))
+    assert not any(run(1, ["y", "d", "a"]))
+
+
 def test_not_native_reasons(rng):
     """Forms the runtime has no native step for run their reference, and stats() says why."""
     def reason(op, inputs, attrs, outputs=1):

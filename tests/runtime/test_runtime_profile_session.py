@@ -206,6 +206,31 @@ def test_planner_never_writes_in_place_over_a_view_still_read():
     assert alone.inplace == [(1, 2, 0)] and alone.placement[2] == alone.placement[0]
 
 
+def test_planner_joins_a_concat_s_inputs_in_place():
+    """A joining step's inputs take consecutive ranges of its output's slot, which is taken when the first is
+    written; a later in-place step may not take an input's range; a feed or a repeated input stops the join."""
+    t4, t8 = TensorType("float32", (1, 4, 8)), TensorType("float32", (1, 8, 8))
+    types = [t4, t4, t4, t8, t4, t8]                      # v0 feed, v1 a, v2 b, v3 cat, v4 d, v5 out
+    steps = [StepSpec((0,), (1,), True, False, []),       # a = f(x)
+             StepSpec((0,), (2,), True, False, []),       # b = g(x)
+             StepSpec((1, 2), (3,), True, False, [], joins=True),   # cat = Concat(a, b)
+             StepSpec((1,), (4,), True, True, []),        # d = h(a): a dies here, an in-place candidate
+             StepSpec((3, 4), (5,), True, False, [])]
+    plan = plan_memory(steps, types, outputs={5})
+    assert plan.joined == {2} and plan.within == {1: (3, 0), 2: (3, 128)}
+    assert plan.placement[1] == plan.placement[2] == plan.placement[3]
+    assert plan.inplace == [] and plan.placement[4] != plan.placement[3]
+    assert plan.arena_bytes == 256 + 128                  # cat's slot, and d's
+    feed = plan_memory([steps[0], StepSpec((1, 0), (3,), True, False, [], joins=True)], types, outputs=set())
+    twice = plan_memory([steps[0], StepSpec((1, 1), (3,), True, False, [], joins=True)], types, outputs=set())
+    assert not feed.joined and not feed.within and not twice.joined and not twice.within
+    # DenseNet's chain: Concat(Concat(a, b), d) joins the first only (the second's input is written by no kernel)
+    t12 = TensorType("float32", (1, 12, 8))
+    chain = plan_memory(steps[:4] + [StepSpec((3, 4), (5,), True, False, [], joins=True)], types[:5] + [t12],
+                        outputs=set())
+    assert chain.joined == {2} and set(chain.within) == {1, 2}
+
+
 def test_planner_reuses_slots_and_keeps_workspace_apart():
     t = TensorType("float32", (8,))
     ws = [((16,), np.dtype("float32"))]

@@ -85,6 +85,8 @@ class Bound:
     request: KernelRequest | None = None  # a native kernel to compile; ``calls`` run until it is ready
     out_strides: list[tuple[int, ...] | None] | None = None   # view steps: the strides of each output
     blas: bool = False                    # calls BLAS (the run then sets BLAS to one thread)
+    joins: bool = False                   # its inputs are consecutive ranges of its one output (the memory
+                                          # planner may have their producers write them there: then no calls)
 
 
 def static_shapes(types: list[TensorType | None], what: str) -> list[tuple[int, ...] | None]:

@@ -8,6 +8,12 @@ input that dies at that step (same shape and dtype, and no other input of the st
 
 Graph outputs are never placed in the arena: they are allocated for each run ("fresh"), so ``run`` can return
 them without a copy and they never alias internal buffers.
+
+A step that joins its inputs (``joins``: a Concat whose inputs are consecutive ranges of its output) is
+joined in place where each input is a distinct value a kernel writes, used by no other step as an in-place donor:
+the output's slot is taken when its first input is written, every input is placed at its range of it
+(``within``), and the step itself then runs nothing (``joined``). UNet's skip connections at batch 1: the
+encoder's conv and the decoder's Resize write their halves of the Concat's output, which no longer copies them.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ class StepSpec:
     writes_outputs: bool
     inplace: bool
     workspace: list[tuple[tuple[int, ...], np.dtype]]
+    joins: bool = False          # its inputs may be written in place as consecutive ranges of its one output
 
 
 @dataclass
@@ -41,6 +48,8 @@ class MemoryPlan:
     work: list[list[tuple[int, tuple[int, ...], np.dtype]]] = field(default_factory=list)
     release: list[list[int]] = field(default_factory=list)           # per step: values to drop after it
     inplace: list[tuple[int, int, int]] = field(default_factory=list)  # (step, output value, input value)
+    within: dict[int, tuple[int, int]] = field(default_factory=dict)   # value -> (the value it lies in, byte offset)
+    joined: set[int] = field(default_factory=set)                      # joining steps whose inputs were joined
 
     @property
     def arena_bytes(self) -> int:
@@ -90,6 +99,12 @@ def plan_memory(steps: list[StepSpec], types: list[TensorType | None], outputs: 
                 plan.fresh.add(o)
             else:
                 roots[o] = frozenset({o})
+    joins = _joins(steps, types, roots, outputs)
+    for t, (out, offsets) in joins.items():
+        plan.joined.add(t)
+        for i, offset in offsets.items():
+            plan.within[i] = (out, offset)
+            roots[i] = frozenset({out})
     # how long each planned buffer must live: until the last use of anything that may alias it
     buffer_end: dict[int, int] = {}
     for v, rs in enumerate(roots):
@@ -103,7 +118,15 @@ def plan_memory(steps: list[StepSpec], types: list[TensorType | None], outputs: 
     for t, st in enumerate(steps):
         taken: set[int] = set()
         for o in st.outputs:
-            if roots[o] != frozenset({o}):
+            if o in plan.within:        # a joined input: its range of the joining step's output
+                out = plan.within[o][0]
+                if out not in plan.placement:
+                    plan.placement[out] = slots.take(_nbytes(types[out]))
+                    owner[plan.placement[out]] = out
+                plan.placement[o] = plan.placement[out]
+                taken.add(plan.placement[o])
+                continue
+            if roots[o] != frozenset({o}) or o in plan.placement:
                 continue
             donor = _inplace_donor(t, st, o, types, roots, buffer_end, plan, taken) if st.inplace else None
             if donor is not None:
@@ -129,6 +152,39 @@ def plan_memory(steps: list[StepSpec], types: list[TensorType | None], outputs: 
         if 0 <= t < len(steps) and v not in outputs:
             plan.release[t].append(v)
     return plan
+
+
+def _joins(steps: list[StepSpec], types, roots, outputs: set[int]) -> dict[int, tuple[int, dict[int, int]]]:
+    """The joining steps whose inputs can be written in place: per step, its output and each input's byte offset
+    in it. Each input must be a planned value of its own (written by a kernel, not a feed, constant, view or graph
+    output), in no other join and not itself the output of a joined step (its inputs lie in its own slot), at an
+    offset that keeps the arena's alignment; the output a planned value too."""
+    produced: dict[int, int] = {}
+    for t, st in enumerate(steps):
+        for o in st.outputs:
+            produced[o] = t
+    found: dict[int, tuple[int, dict[int, int]]] = {}
+    used: set[int] = set()
+    for t, st in enumerate(steps):
+        if not st.joins or len(st.outputs) != 1:
+            continue
+        out = st.outputs[0]
+        if out in outputs or roots[out] != frozenset({out}) or not st.inputs:
+            continue
+        offsets: dict[int, int] = {}
+        offset = 0
+        for i in st.inputs:
+            ok = (i < len(types) and isinstance(types[i], TensorType) and i not in outputs and i not in used
+                  and i not in offsets and roots[i] == frozenset({i}) and produced.get(i, t) < t
+                  and produced[i] not in found and offset % ALIGN == 0 and types[i].dtype == types[out].dtype)
+            if not ok:
+                break
+            offsets[i] = offset
+            offset += int(np.prod(types[i].shape, dtype=np.int64)) * np_dtype(types[i].dtype).itemsize
+        else:
+            found[t] = (out, offsets)
+            used.update(offsets)
+    return found
 
 
 def _last_uses(steps: list[StepSpec], num_values: int, outputs: set[int]) -> list[int]:

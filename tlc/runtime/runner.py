@@ -54,7 +54,8 @@ class Arena:
         self.arrays: dict[tuple, np.ndarray] = {}
         for v, s in memory.placement.items():
             t = spec.types[v]
-            flat = _view(buffers[s], int(np.prod(t.shape, dtype=np.int64)), np_dtype_of(t.dtype))
+            offset = memory.within[v][1] if v in memory.within else 0   # a joined input: its range of the output
+            flat = _view(buffers[s][offset:], int(np.prod(t.shape, dtype=np.int64)), np_dtype_of(t.dtype))
             self.arrays[("v", v)] = flat.reshape(tuple(t.shape))
             self.arrays[("f", v)] = flat
         for _, out, donor in memory.inplace:   # NOTE: one array object, so a kernel sees it runs in place

@@ -85,8 +85,11 @@ class Specialization:
                                and a.bound.mode != "view" for o in a.step.outputs}
         graph_outputs = {v for _, v in program.outputs if v not in self.known}
         self.memory: MemoryPlan = plan_memory(
-            [StepSpec(a.step.inputs, a.step.outputs, a.bound.writes_outputs, a.bound.inplace, a.bound.workspace)
-             for a in self.active], types, graph_outputs)
+            [StepSpec(a.step.inputs, a.step.outputs, a.bound.writes_outputs, a.bound.inplace, a.bound.workspace,
+                      a.bound.joins) for a in self.active], types, graph_outputs)
+        for t in self.memory.joined:   # its producers wrote its inputs where its output lies: nothing to run
+            self.active[t].bound = Bound([], mode="view", note="its inputs are written in place as its output's "
+                                                              "ranges: no copy")
         inplace = {(t, o): i for t, o, i in self.memory.inplace}
         for t, a in enumerate(self.active):
             a.alias = tuple(a.step.inputs.index(inplace[(t, o)]) if (t, o) in inplace else -1
