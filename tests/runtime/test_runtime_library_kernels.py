@@ -211,7 +211,7 @@ def test_concat_inputs_written_in_place(rng):
              helper.make_node("Mul", ["a", "a"], ["d"]),
              helper.make_node("Conv", ["cat", "w3"], ["y"], pads=[1, 1, 1, 1])]
 
-    def run(batch, outputs):
+    def run(batch, outputs, jits=("off", "eager")):
         graph = helper.make_graph(nodes, "join", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
                                                                                 [batch, 3, 8, 8])],
                                   [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in outputs],
@@ -219,7 +219,7 @@ def test_concat_inputs_written_in_place(rng):
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
         feeds = {"x": rng.standard_normal((batch, 3, 8, 8), dtype=np.float32)}
         want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-        for jit in ("off", "eager"):
+        for jit in jits:
             plan = tlc.compile(from_onnx(model)[0], jit=jit)
             for _ in range(2):
                 got = plan.run(feeds)
@@ -230,8 +230,8 @@ def test_concat_inputs_written_in_place(rng):
             yield "written in place" in " ".join([cat.reason] + cat.notes)
 
     assert all(run(1, ["y", "d"]))
-    assert not any(run(2, ["y", "d"]))
-    assert not any(run(1, ["y", "d", "a"]))
+    assert not any(run(2, ["y", "d"], ("off",)))
+    assert not any(run(1, ["y", "d", "a"], ("off",)))
 
 
 def test_not_native_reasons(rng):
