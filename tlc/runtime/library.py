@@ -133,9 +133,8 @@ class ConcatImpl(StepImpl):
         axis = self.axis % len(out)
         # the inputs are consecutive ranges of the output where every dim before the axis is 1 (a channel
         # Concat at batch 1): the memory planner may then place them there (``Bound.joins``)
-        joins = int(np.prod(out[:axis], dtype=np.int64)) == 1 and len(set(ctx.inputs)) == len(ctx.inputs)
         return Bound([Call(concat_into, (V(ctx.outputs[0]), self.axis) + tuple(V(i) for i in ctx.inputs))],
-                     joins=joins)
+                     joins=int(np.prod(out[:axis], dtype=np.int64)) == 1)
 
 
 def take_into(x: np.ndarray, indices: np.ndarray, axis: int, out: np.ndarray) -> None:

@@ -10,9 +10,9 @@ Graph outputs are never placed in the arena: they are allocated for each run ("f
 them without a copy and they never alias internal buffers.
 
 A step that joins its inputs (``joins``: a Concat whose inputs are consecutive ranges of its output) is
-joined in place where each input is a distinct value a kernel writes, used by no other step as an in-place donor:
-the output's slot is taken when its first input is written, every input is placed at its range of it
-(``within``), and the step itself then runs nothing (``joined``). UNet's skip connections at batch 1: the
+joined in place where each input is a distinct value a kernel writes (``_joins``): the output's slot is taken
+when its first input is written, every input is placed at its range of it (``within``; never then an in-place
+donor), and the step itself runs nothing (``joined``). UNet's skip connections at batch 1: the
 encoder's conv and the decoder's Resize write their halves of the Concat's output, which no longer copies them.
 """
 
