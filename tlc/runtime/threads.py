@@ -312,8 +312,8 @@ class Governor:
             placed, start, lowered = token
             if placed:
                 self._place.exit()
-            if start is not None:
-                self._long = time.perf_counter() - start >= PLACE_MIN_S
+            if start is not None:   # (a timed run is a placeable one: ``_last_exit`` is its end)
+                self._long = _last_exit - start >= PLACE_MIN_S
             if lowered:   # the thread's count back to the plan's (what a run leaves, as uncontended runs do)
                 self._set(self.threads)
         if self.uses_blas:
