@@ -43,7 +43,7 @@ def _fresh_cache_compile(folder: Path, **options):
 
 def test_two_processes_compile_one_fresh_cache(tmp_path):
     # the IR kernels' machine code is per machine and not what the processes race on here: copied in, it saves
-    # each child the ~20 s MCJIT compile that ``import tlc`` does on a cold folder
+    # each child the ~4 s MCJIT compile that ``import tlc`` does on a cold folder
     for obj in default_cache_dir().glob("*panel-*.o"):
         shutil.copy(obj, tmp_path / obj.name)
     procs = [stress._spawn(tmp_path, start_at=0.0, model="tiny") for _ in range(2)]

@@ -67,7 +67,7 @@ def _finish(proc: subprocess.Popen) -> dict:
 def test_racing_processes_both_succeed_and_a_later_one_loads_from_disk_without_compiling(tmp_path):
     """Two processes compile the same key at once into an empty cache directory, then a third loads it without
     compiling. The IR kernels' machine code (``tlc.kernels.irjit``: per machine, not what they race on) is copied
-    in first: ``import tlc`` on a folder without it compiles it, ~20 s a process."""
+    in first: ``import tlc`` on a folder without it compiles it, ~4 s a process."""
     for obj in default_cache_dir().glob("*panel-*.o"):
         shutil.copy(obj, tmp_path / obj.name)
     racing = [_finish(p) for p in [_start(tmp_path), _start(tmp_path)]]

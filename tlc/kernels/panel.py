@@ -35,11 +35,13 @@ panel, which reads the panel from memory (a layer's weights are cold in a model)
 prefetch it ``NEAR`` rows ahead (one Zen 5 core, weights cold, 960 -> 320 at 7x7 (channels in lanes) 201 -> 139
 us, 2048 -> 512 at 7x7 692 -> 488; warm weights unchanged).
 The module also holds ``tlc_dw3x3``, the vector 3x3 depthwise kernel (``_DepthwiseEmitter``). ``ensure()``
-compiles the module for the host (MCJIT: ~20 s once per machine: 7.8 MB of IR, ``tlc_panel``'s ~200
-specialized k loops, ~12-16 s in LLVM's passes at any level and 3 s of code generation; the machine code is kept
-in the kernel cache, keyed by this file's code, the CPU and llvmlite's version, and loaded in ~2 ms without
-generating the IR) and registers the
-symbols with LLVM: before any kernel that calls them is compiled or loaded.
+compiles the module for the host (MCJIT, once per machine: ~1 s to build 4 MB of IR in Python, ~2.5 s in LLVM;
+``import tlc`` on a cold kernel cache 4.1-4.5 s, warm 0.6. The product's k loops are eight functions, one per
+way of reading B and width, each holding one copy of the tile loops per height: one function of ~200 loops (a
+copy per split rest, per whole or masked panel) was 7.8 MB of IR and ~12 s, LLVM's passes growing faster than a
+function's size. The machine code is kept in the kernel cache, keyed by this file's code, the CPU and
+llvmlite's version, and loaded in ~2 ms without generating the IR) and registers the symbols with LLVM: before
+any kernel that calls them is compiled or loaded.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class _Emitter:
     """The IR of ``tlc_panel``: loops as blocks with phi nodes."""
 
     def __init__(self, module: ir.Module):
+        self.module = module
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_i64] * ARGS), name=SYMBOL)
         self.fma = ir.Function(module, ir.FunctionType(_vec, [_vec, _vec, _vec]), name="llvm.fma.v16f32")
         mask = ir.VectorType(ir.IntType(1), LANES)
@@ -134,14 +137,22 @@ class _Emitter:
         # the lanes' offsets in bytes along C's columns, for scattered stores (a column stride other than 1)
         lanes = ir.Constant(ir.VectorType(_i64, LANES), list(range(LANES)))
         self.lane_bytes = b.mul(lanes, _splat(b, b.mul(c_j, _const(4)), ir.VectorType(_i64, LANES)))
-        panels = b.sdiv(b.add(n, _const(PANEL - 1)), _const(PANEL))
         self.ahead = b.mul(step, _const(PREFETCH))   # elements from a panel's row to the row PREFETCH panels on
         self.in_place = b.icmp_signed("==", step, _const(PANEL))   # B read where it is: a panel every PANEL
         # B's rows at the offsets (elements, int64) of a table instead of ldb apart: a conv's input planes read
         # in place, row k of B being tap k's input row (``tlc.kernels.conv``'s PANEL on stride phases)
         self.indirect = b.icmp_signed("!=", b_rows, _const(0))
         self.b_rows = b.inttoptr(b_rows, _i64.as_pointer())
-        self.loop(_const(0), panels, self.panel, "panel")
+        self.functions = {}
+        whole = b.sdiv(n, _const(PANEL))
+        last = b.sub(n, b.mul(whole, _const(PANEL)))   # the columns of a last panel of fewer than PANEL
+        with b.if_else(self.indirect) as (table, strided):
+            with table:   # rows from the table: planes in L1/L2, no prefetches
+                self.panels("table", whole, last)
+            with strided, b.if_else(self.in_place) as (streams, packed):   # k loops with and without prefetches
+                for reads, block in (("streams", streams), ("packed", packed)):
+                    with block:
+                        self.panels(reads, whole, last)
         b.ret_void()
 
     def loop(self, start, stop, body, name: str) -> None:
@@ -162,14 +173,70 @@ class _Emitter:
         b.branch(head)
         b.position_at_end(after)
 
-    def panel(self, jb) -> None:
-        """Panel ``jb``: C's columns [jb * PANEL, (jb + 1) * PANEL) of every row; a last panel of fewer columns
-        loads and stores under masks."""
+    def panels(self, reads: str, whole, last) -> None:
+        """The whole panels, then a last one of ``last`` columns (fewer than ``PANEL``; none where 0): in two
+        vectors a row, or in one where it holds ``LANES`` or fewer columns (the masked second vector would be all
+        multiply-adds for nothing: a 7x7 stem's rows of 112 columns are three panels and a half). Whole panels of
+        a B read in place as streams take the masked loops (masks all true; no slower there, and one copy of the
+        loops less), the others loops of plain loads (one core: 3x3 convs reading their input at a table's
+        offsets, 512 -> 512 at 7x7 1.55 -> 1.40 ms, 64 -> 64 at 56x56 1.02 -> 0.99; packed 1 x 512 x 1000 21.7 ->
+        19.8 us)."""
+        b = self.b
+        self.outlined(reads, 2, reads == "streams", _const(0), whole)
+        end = b.add(whole, _const(1))
+        with b.if_then(b.icmp_signed(">", last, _const(0))), \
+                b.if_else(b.icmp_signed(">", last, _const(LANES))) as (two, one):
+            with two:
+                self.outlined(reads, 2, True, whole, end)
+            with one:
+                self.outlined(reads, 1, True, whole, end)
+
+    #: what the panels' loops read from the kernel's entry (``outlined`` passes them): values, and lists of them
+    SHARED = ("rows", "k", "n", "lda", "ldc", "ldb", "step", "a_k", "c_j", "bp", "ap", "cp", "bias", "row_bias",
+              "column_bias", "b_rows", "ahead", "lane_bytes")
+    SHARED_LISTS = ("clamp_bounds",)
+
+    def outlined(self, reads: str, halves: int, masked: bool, first, end) -> None:
+        """A call of the function that runs panels [first, end) (reading B's rows as ``reads``, in ``halves``
+        vectors a row, under masks or not), emitted at its first call: internal, never inlined, the values it
+        reads passed as arguments. LLVM's time grows faster than a function's size: all the loops in one
+        function, 41K lines of IR, took 3.3 s to compile; as seven functions, 2.0 s (a call per panel instead of
+        per range of panels cost the products of few rows and short k 5-10%)."""
+        key = reads, halves, masked
+        values = [getattr(self, name) for name in self.SHARED]
+        values += [v for name in self.SHARED_LISTS for v in getattr(self, name)]
+        if key not in self.functions:
+            fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [_i64, _i64] + [v.type for v in values]),
+                             name=f"{self.fn.name}_{reads}{halves}{'m' if masked else ''}")
+            fn.linkage = "internal"
+            fn.attributes.add("noinline")
+            self.functions[key] = fn
+            saved = self.fn, self.b, {name: getattr(self, name) for name in self.SHARED + self.SHARED_LISTS}
+            self.fn, self.b = fn, ir.IRBuilder(fn.append_basic_block("entry"))
+            args = list(fn.args)
+            start, stop, args = args[0], args[1], args[2:]
+            for name in self.SHARED:
+                setattr(self, name, args.pop(0))
+            for name in self.SHARED_LISTS:
+                count = len(saved[2][name])
+                setattr(self, name, args[:count])
+                args = args[count:]
+            self.loop(start, stop, lambda jb: self.panel(jb, reads, halves, masked), "panel")
+            self.b.ret_void()
+            self.fn, self.b = saved[0], saved[1]
+            for name, value in saved[2].items():
+                setattr(self, name, value)
+        self.b.call(self.functions[key], [first, end] + values)
+
+    def panel(self, jb, reads: str, halves: int, masked: bool) -> None:
+        """Panel ``jb``: C's columns [jb * PANEL, (jb + 1) * PANEL) of every row, under masks past ``n`` where
+        ``masked``."""
         b = self.b
         wp = b.gep(self.bp, [b.mul(jb, self.step)])
         col = b.mul(jb, _const(PANEL))
-        rem = b.sub(self.n, col)   # the columns of C this panel holds: PANEL, or fewer in the last one
-        limit = _splat(b, b.trunc(rem, _i32), ir.VectorType(_i32, LANES))   # used where rem < PANEL
+        rem = b.sub(self.n, col)   # the columns of C this panel holds: PANEL or more, or fewer in the last one
+        limit = _splat(b, b.trunc(b.select(b.icmp_signed("<", rem, _const(PANEL)), rem, _const(PANEL)), _i32),
+                       ir.VectorType(_i32, LANES))
         self.masks = [b.icmp_signed("<", ir.Constant(ir.VectorType(_i32, LANES),
                                                      list(range(half * LANES, (half + 1) * LANES))), limit)
                       for half in range(2)]
@@ -187,35 +254,16 @@ class _Emitter:
             phi.add_incoming(ir.Constant(_vec, None), start)
             phi.add_incoming(loaded[half], with_bias)
             self.column_init.append(phi)
-        with b.if_else(self.indirect) as (table, strided):
-            with table:   # rows from the table: planes in L1/L2, no prefetches
-                self.widths(wp, col, rem, "table")
-            with strided, b.if_else(self.in_place) as (streams, packed):   # k loops with and without prefetches
-                for reads, block in (("streams", streams), ("packed", packed)):
-                    with block:
-                        self.widths(wp, col, rem, reads)
+        self.tiles(wp, col, reads, halves, masked)
 
-    def widths(self, wp, col, rem, reads: str) -> None:
-        """The panel's tiles as a whole panel, under masks where it holds fewer than ``PANEL`` columns, and in one
-        vector a row where it holds ``LANES`` or fewer (the masked second vector would be all multiply-adds for
-        nothing: a 7x7 stem's rows of 112 columns are three panels and a half)."""
-        b = self.b
-        with b.if_else(b.icmp_signed(">=", rem, _const(PANEL))) as (whole, part):
-            with whole:
-                self.tiles(wp, col, False, reads, 2)
-            with part, b.if_else(b.icmp_signed(">", rem, _const(LANES))) as (two, one):
-                with two:
-                    self.tiles(wp, col, True, reads, 2)
-                with one:
-                    self.tiles(wp, col, True, reads, 1)
-
-    def tiles(self, wp, col, masked: bool, reads: str, halves: int) -> None:
-        """Every row of the panel at ``wp``: whole tiles, then one tile of the last ``rows % TILE`` rows. How B's
-        rows are read (``reads``): "streams" (in place, each prefetched ``PREFETCH`` panels ahead), "packed" (no
-        prefetches), "near" (packed, prefetched ``NEAR`` rows ahead) or "table" (at ``b_rows``' offsets). Packed
-        panels: the first whole tile reads "near" (it is the one that reads the panel from memory; the others
-        find it in L2), and so does the last tile (the only one where there are fewer rows than a tile: 8 x 1280
-        x 1000 on cold weights 222 -> 151 us, warm 91 -> 88)."""
+    def tiles(self, wp, col, reads: str, halves: int, masked: bool) -> None:
+        """Every row of the panel at ``wp``: whole tiles, then the rows left as one tile of their height, or where
+        fewer than ``REST_SPLIT`` rows follow a whole tile, the two as two tiles of about equal height. How B's
+        rows are read (``reads``): "streams" (in place, each prefetched ``PREFETCH``
+        panels ahead), "packed" (no prefetches), "near" (packed, prefetched ``NEAR`` rows ahead) or "table" (at
+        ``b_rows``' offsets). Packed panels: the first whole tile reads "near" (it is the one that reads the panel
+        from memory; the others find it in L2), and so do the last tiles (the only ones where there are fewer rows
+        than a tile: 8 x 1280 x 1000 on cold weights 222 -> 151 us, warm 91 -> 88)."""
         b = self.b
         full = b.sdiv(self.rows, _const(TILE))
         rest = b.sub(self.rows, b.mul(full, _const(TILE)))
@@ -227,32 +275,32 @@ class _Emitter:
         ends = "near" if reads == "packed" and NEAR else reads   # the first whole tile's and the last tiles'
         if ends != reads:
             with b.if_then(b.icmp_signed(">", whole, _const(0))):
-                self.tile(wp, col, _const(0), TILE, masked, ends, halves)
+                self.tile(wp, col, _const(0), TILE, ends, halves, masked)
             first = b.select(b.icmp_signed(">", whole, _const(0)), _const(1), _const(0))
-        self.loop(first, whole, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, masked, reads, halves),
+        self.loop(first, whole, lambda t: self.tile(wp, col, b.mul(t, _const(TILE)), TILE, reads, halves, masked),
                   "tile")
         start = b.mul(whole, _const(TILE))
-        done = self.fn.append_basic_block("rest_end")
-        # on the rows left after the whole tiles: fewer than a tile, one tile of that height; a tile and a split
-        # rest (TILE + 1 to TILE + REST_SPLIT - 1), two tiles
-        switch = b.switch(b.sub(self.rows, start), done)
-        for height in range(1, TILE):
-            block = self.fn.append_basic_block(f"rest{height}")
-            switch.add_case(_const(height), block)
-            b.position_at_end(block)
-            self.tile(wp, col, start, height, masked, ends, halves)
-            b.branch(done)
-        for extra in range(1, REST_SPLIT):
-            block = self.fn.append_basic_block(f"split{extra}")
-            switch.add_case(_const(TILE + extra), block)
-            b.position_at_end(block)
-            upper = (TILE + extra + 1) // 2
-            self.tile(wp, col, start, upper, masked, ends, halves)
-            self.tile(wp, col, b.add(start, _const(upper)), TILE + extra - upper, masked, ends, halves)
-            b.branch(done)
-        b.position_at_end(done)
+        left = b.sub(self.rows, start)   # 0 to TILE + REST_SPLIT - 1 rows: one tile, or two of about equal height
+        two = b.icmp_signed(">", left, _const(TILE))
+        upper = b.select(two, b.sdiv(b.add(left, _const(1)), _const(2)), left)
+        pieces = b.select(two, _const(2), b.zext(b.icmp_signed(">", left, _const(0)), _i64))
 
-    def tile(self, wp, col, r0, height: int, masked: bool, reads: str, halves: int) -> None:
+        def piece(p) -> None:   # one switch over the heights serves both: one copy of the loops per height
+            second = b.icmp_signed("==", p, _const(1))
+            r0 = b.select(second, b.add(start, upper), start)
+            done = self.fn.append_basic_block("rest_end")
+            switch = b.switch(b.select(second, b.sub(left, upper), upper), done)
+            for height in range(1, TILE + 1):
+                block = self.fn.append_basic_block(f"rest{height}")
+                switch.add_case(_const(height), block)
+                b.position_at_end(block)
+                self.tile(wp, col, r0, height, ends, halves, masked)
+                b.branch(done)
+            b.position_at_end(done)
+
+        self.loop(_const(0), pieces, piece, "piece")
+
+    def tile(self, wp, col, r0, height: int, reads: str, halves: int, masked: bool) -> None:
         """Rows [r0, r0 + height) of the panel at ``wp`` in ``halves`` vectors a row (2; 1 where the panel holds
         at most ``LANES`` columns): the accumulators are phis of the k loop, starting from the bias (a row's, or
         the panel's columns')."""
@@ -297,8 +345,8 @@ class _Emitter:
         if reads in ("streams", "near"):
             ahead = b.gep(row, [self.ahead if reads == "streams" else _const(NEAR * PANEL)])
             for line in range(halves):
-                at = b.bitcast(b.gep(ahead, [_const(line * LANES)]), ir.IntType(8).as_pointer())
-                b.call(self.prefetch, [at, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
+                address = b.bitcast(b.gep(ahead, [_const(line * LANES)]), ir.IntType(8).as_pointer())
+                b.call(self.prefetch, [address, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
         if masked:   # past N: zeros, never read
             panel = [b.call(self.load, [h, ir.Constant(_i32, 4), m, ir.Constant(_vec, None)])
                      for h, m in zip(vectors, self.masks, strict=False)]
@@ -314,11 +362,11 @@ class _Emitter:
             phi.add_incoming(value, b.block)
         b.branch(head)
         b.position_at_end(after)
+        acc = [_clamped(b, v, self.clamp_bounds) for v in acc]
         true = ir.Constant(ir.VectorType(ir.IntType(1), LANES), [1] * LANES)
         masks = self.masks if masked else [true, true]
-        acc = [_clamped(b, v, self.clamp_bounds) for v in acc]
-        with b.if_else(b.icmp_signed("==", self.c_j, _const(1))) as (rows, scattered):
-            with rows:   # C's rows are contiguous: whole vectors (under masks past N)
+        with b.if_else(b.icmp_signed("==", self.c_j, _const(1))) as (contiguous, scattered):
+            with contiguous:   # C's rows are contiguous: whole vectors (under masks past N)
                 for a in range(height):
                     out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), col)])
                     for half in range(halves):
