@@ -324,7 +324,7 @@ def test_a_loop_of_m_alone_stacks_its_scan_output():
 
 def test_a_plan_with_a_loop_times_one_thread_against_all_then_settles():
     """A specialization with a Loop at several threads times PROBE_RUNS runs at all cores, then as many at one
-    thread, and keeps what was faster (``plan.SpecState``); a plan at one thread, or without a loop, does not."""
+    thread, and keeps what was faster (``plan.SpecState``); a plan at one thread does not."""
     from tlc.runtime.plan import PROBE_RUNS
 
     g, _ = from_onnx(rnn_loop())

@@ -127,6 +127,39 @@ def test_num_threads_governs_numba_and_blas_during_a_run_only(rng, monkeypatch):
     assert numba.get_num_threads() == min(threads.cores(), numba.config.NUMBA_NUM_THREADS)
 
 
+def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_later(rng, monkeypatch):
+    """A specialization at several threads times PROBE_RUNS runs at all cores and at one thread, keeps one thread
+    where that was clearly faster (``plan.SpecState``; fed timings here: the machine's own are noise), on a
+    specialization bound at one thread where the plan is small, says so in ``plan.stats()``, and after
+    REPROBE_RUNS settled runs times both again."""
+    from tlc.runtime import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "REPROBE_RUNS", 3)
+    plan = compile(small_graph(), num_threads=2, jit="eager")
+    feeds = {"x": rng.standard_normal((2, 4), dtype=np.float32)}
+    want = plan.run(feeds)["y"]
+    (state,) = plan._specs.values()
+    for _ in range(2 * plan_module.PROBE_RUNS):
+        np.testing.assert_array_equal(plan.run(feeds)["y"], want)
+    assert state.probe is None and state.spec.threads_note.startswith("runs at")   # settled, on its own timings
+    state.reprobe(plan.runs)
+    for arm, seconds in [(0, 1e-3)] * plan_module.PROBE_RUNS + [(1, 0.5e-3)] * plan_module.PROBE_RUNS:
+        state.record(arm, seconds)
+    assert state.probe is None and state.one_thread and state.governors is state.single
+    # a small plan's one-thread runs take a specialization bound at one thread (built on its first probe)
+    assert state.one is not None and state.one.spec.options.threads == 1 and state.settled is state.one
+    assert "runs at one thread (timed: 0.500 ms at one (bound at one thread), 1.000 at all)" in str(plan.stats())
+    for _ in range(3):
+        np.testing.assert_array_equal(plan.run(feeds)["y"], want)
+    assert state.probe == ([], [])                     # settled runs used up: timing both again
+    for _ in range(2 * plan_module.PROBE_RUNS):
+        plan.run(feeds)
+    assert state.probe is None or len(state.probe[0]) < plan_module.PROBE_RUNS   # settled (or on its next probe)
+    single = compile(small_graph(), num_threads=1, jit="eager")
+    single.run(feeds)
+    assert next(iter(single._specs.values())).probe is None
+
+
 def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
     """A placed run holds the caller on its CPU and its OpenMP workers (libgomp's team, found once) on the others;
     afterwards the caller may go anywhere again. Where other processes keep the CPUs busy, nothing is held."""

@@ -9,6 +9,7 @@ arrive from the JIT thread as they are compiled (``jit.py``); the runner is rege
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import statistics
 import sys
@@ -57,22 +58,37 @@ class Counter:
         return self._count.__reduce__()[1][0] - 1
 
 
-#: runs a plan with a loop times at each thread count (a block at all cores, then one at one thread) before it
-#: settles
+#: runs a specialization at several threads times at each thread count (a block at all cores, then one at one
+#: thread) before it settles
 PROBE_RUNS = 5
 #: one thread is kept when its median run takes at most this fraction of the median at all cores
 PROBE_MARGIN = 0.9
+#: runs after which a settled specialization times both again (slow spells come and go)
+REPROBE_RUNS = 1000
+#: a specialization whose runs at all cores take less than this (s) times its one-thread arm on a second
+#: specialization bound at one thread (built once, on its first probe): run in turn on one thread, its parts for
+#: two threads cost the dynamic-batch CNN 0.33 ms against 0.29 bound at one (its few-tile Winograd convs' ROWS
+#: read the shared transform once a part). Bigger plans take a serial run of their own parts: a second
+#: specialization cost 42 ms and 9 MiB for that CNN, 157 ms / 17 MiB for MobileNetV2, 0.7 s / 62 MiB ResNet-18
+ONE_SPEC_S = 1e-3
+
+
+def _compiling(spec: Specialization) -> bool:
+    return any(job.status in ("pending", "queued", "running") for job in spec.jobs())
 
 
 class SpecState:
     """A specialization as the plan runs it: its current runner (regenerated as kernels arrive) and arenas.
 
-    A specialization with a Loop or Scan step at several threads first times its runs at all cores and then at
-    one thread (``PROBE_RUNS`` each, once its kernels are compiled), and keeps one thread when that is
-    clearly faster (``PROBE_MARGIN``): a loop's body runs many small serial steps that gain nothing from a second
-    thread, while a parallel step before the loop needs every CPU free: tools/models.rnn_loop at 2 threads (its
-    projection batched before the loop by ``loopbatch``) took 0.79 ms alone but 2.0 run back to back with an
-    onnxruntime session whose idle threads spin, against 0.86 at one thread."""
+    A specialization at several threads times its runs at all cores and then at one thread (``PROBE_RUNS`` each,
+    once its kernels are compiled), keeps one thread when that is clearly faster (``PROBE_MARGIN``), and times
+    both again every ``REPROBE_RUNS`` runs. A loop's body runs many small serial steps that gain nothing from a
+    second thread, while a parallel step before the loop needs every CPU free: tools/models.rnn_loop at 2
+    threads (its projection batched before the loop by ``loopbatch``) took 0.79 ms alone but 2.0 run back to back
+    with an onnxruntime session whose idle threads spin, against 0.86 at one thread. And in this VM's slow spells
+    (a cache line one core wrote costs the other ~1.5x, for seconds to minutes) a small model's two parts lose
+    more to what they exchange than the second core gives: the dynamic-batch CNN at batch 1 0.20 ms at 2 threads
+    in the fast state, 0.35 in a spell, 0.30 at one thread in either."""
 
     def __init__(self, spec: Specialization, governors: dict, single: dict):
         """``governors``: the plan's governors at its thread count, ``single``: at one thread (by ``uses_blas``)."""
@@ -82,18 +98,37 @@ class SpecState:
         self._pool: deque[list] = deque()    # [arena, runner, bound run function]; append/pop are atomic
         self._lock = threading.Lock()
         self.one_thread = False
-        self.governors, self.single = governors, single   # ``governors``: what the runs use (once settled)
+        self.all_cores, self.single = governors, single
+        self.governors = governors   # what the runs use (once settled)
         #: seconds of the probing runs at (all cores, one thread); None once settled or when not probing
         self.probe: tuple[list[float], list[float]] | None = ([], []) if spec.probe_threads else None
+        #: the plan's run count at which a settled specialization probes again
+        self.next_probe = REPROBE_RUNS if spec.probe_threads else 2**62
+        #: the specialization bound at one thread that small plans' one-thread runs take (``ONE_SPEC_S``)
+        self.one: SpecState | None = None
+        #: the state settled runs take: this one, or ``one``
+        self.settled: SpecState = self
 
     def probing_arm(self) -> int | None:
         """The thread count this run is timed at (0: all cores, 1: one thread), or None: not a probing run."""
         probe = self.probe
-        if probe is None or any(job.status in ("pending", "queued", "running") for job in self.spec.jobs()):
+        if probe is None or _compiling(self.spec):
             return None
         # NOTE: in blocks, all cores first: a one-thread run right after an all-cores run still has the pool's
         # workers spinning beside it (the medians drop that first run of each block)
-        return int(len(probe[0]) >= PROBE_RUNS)
+        if len(probe[0]) < PROBE_RUNS:
+            return 0
+        return None if self.one is not None and _compiling(self.one.spec) else 1
+
+    def wants_one(self) -> bool:
+        """Whether the one-thread arm should run on a specialization bound at one thread, not built yet."""
+        probe = self.probe
+        return (self.one is None and probe is not None and len(probe[0]) >= PROBE_RUNS
+                and statistics.median(probe[0]) < ONE_SPEC_S)
+
+    def arm(self, arm: int | None) -> SpecState:
+        """The state that runs a probing run of ``arm`` (None: not timed): this one, or at one thread ``one``."""
+        return self.one if arm == 1 and self.one is not None else self
 
     def record(self, arm: int, seconds: float) -> None:
         probe = self.probe
@@ -101,10 +136,19 @@ class SpecState:
             return
         probe[arm].append(seconds)
         if min(len(probe[0]), len(probe[1])) >= PROBE_RUNS:
-            self.one_thread = statistics.median(probe[1]) <= PROBE_MARGIN * statistics.median(probe[0])
-            if self.one_thread:
-                self.governors = self.single
+            all_cores, one = statistics.median(probe[0]), statistics.median(probe[1])
+            self.one_thread = one <= PROBE_MARGIN * all_cores
+            self.governors = self.single if self.one_thread else self.all_cores
+            bound = " (bound at one thread)" if self.one is not None else ""
+            self.spec.threads_note = (f"runs at {'one thread' if self.one_thread else 'all its threads'} "
+                                      f"(timed: {one * 1e3:.3f} ms at one{bound}, {all_cores * 1e3:.3f} at all)")
+            self.settled = self.one if self.one_thread and self.one is not None else self
             self.probe = None
+
+    def reprobe(self, runs: int) -> None:
+        """Time both thread counts again (``Plan.run`` calls it at ``next_probe`` runs)."""
+        self.next_probe = runs + REPROBE_RUNS
+        self.probe = ([], [])
 
     def runner(self, profile: bool = False) -> Runner:
         runner = self._runners.get(profile)
@@ -195,13 +239,16 @@ class Plan:
         if state.probe is not None:
             outputs = self._probed(state, arrays, profile)
         else:
-            governor = state.governors[state.spec.uses_blas]
+            runs = state.settled
+            governor = state.governors[runs.spec.uses_blas]
             token = governor.enter()
             try:
-                outputs = self._execute(state, arrays, profile)
+                outputs = self._execute(runs, arrays, profile)
             finally:
                 governor.exit(token)
-        self._runs.incr()
+        runs = self._runs.incr()
+        if runs >= state.next_probe and state.probe is None:
+            state.reprobe(runs)
         if self._on_device and not device_outputs:   # one copy back per output, owned by the caller
             outputs = [self._memory.host(o) for o in outputs]
         return dict(zip(self._out_names, outputs))
@@ -209,15 +256,22 @@ class Plan:
     def _probed(self, state: SpecState, arrays: list, profile: bool) -> tuple:
         """A run of a specialization that is still choosing its thread count (``SpecState``), timed."""
         arm = state.probing_arm()
-        governor = (state.single if arm else state.governors)[state.spec.uses_blas]
+        if arm == 1 and self.options.jit != "off" and state.wants_one():
+            one_thread = dataclasses.replace(self.options, num_threads=1)
+            state.one = self._bind(state.spec.types, state.spec.signature, one_thread, self._single)
+            arm = state.probing_arm()   # (its kernels may still be on their way)
+        runs = state.arm(arm)
+        governor = (state.single if arm else state.governors)[runs.spec.uses_blas]
         token = governor.enter()
         start = time.perf_counter()
         try:
-            outputs = self._execute(state, arrays, profile)
+            outputs = self._execute(runs, arrays, profile)
         finally:
             governor.exit(token)
         if arm is not None:
             state.record(arm, time.perf_counter() - start)
+            if state.probe is None:   # settled: the next probe REPROBE_RUNS runs on
+                state.next_probe = self._runs.value + REPROBE_RUNS
         return outputs
 
     def run_batches(self, feeds: Iterable[Mapping[str, object]], *, batch_size: int | None = None,
@@ -305,8 +359,15 @@ class Plan:
         types = program.value_types if not shapes else bound_types(program, shapes)
         signature = ", ".join(f"{name}{list(types[v].shape)}" for name, v, _ in program.feeds
                               if isinstance(types[v], TensorType) and types[v].shape is not None) or "(no inputs)"
-        spec = Specialization(program, types, self.options, self._run_node, signature)
+        return self._bind(types, signature, self.options, self._governors)
+
+    def _bind(self, types: list, signature: str, options: CompileOptions, governors: dict) -> SpecState:
+        spec = Specialization(self.program, types, options, self._run_node, signature)
         jobs = spec.make_jobs(self._job_done)
+        if options is not self.options:   # a one-thread arm's (``SpecState.one``): its kernels come from the
+            for job in jobs:               # cache (now under "eager", else in the background: the probe waits)
+                job.run() if self.options.jit == "eager" else job.submit()
+            return SpecState(spec, governors, self._single)
         with self._jobs_lock:
             self._jobs += jobs
         jit = self.options.jit
@@ -318,7 +379,7 @@ class Plan:
         elif jit == "auto":
             for job in jobs:
                 job.submit()
-        return SpecState(spec, self._governors, self._single)
+        return SpecState(spec, governors, self._single)
 
     def _submit(self, spec: Specialization) -> None:
         for job in spec.jobs():

@@ -78,8 +78,9 @@ class Specialization:
                     self.strides[o] = s
             self.active.append(Active(step, bound))
         self.uses_blas = any(a.bound.blas for a in self.active)
-        #: whether runs time themselves at all cores and at one thread first (``plan.SpecState``)
-        self.probe_threads = options.threads > 1 and any(a.step.impl.runs_loop for a in self.active)
+        #: whether runs time themselves at all cores and at one thread (``plan.SpecState``), and what they chose
+        self.probe_threads = options.threads > 1
+        self.threads_note = ""
         #: values whose arrays come back from a call whose layout is not known here (reference results)
         self.unknown_layout = {o for a in self.active if not a.bound.writes_outputs and a.bound.out_strides is None
                                and a.bound.mode != "view" for o in a.step.outputs}

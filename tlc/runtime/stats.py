@@ -75,7 +75,8 @@ class PlanStats:
                      f"{t['kernels_failed']} failed, {t['cache_hits']} cache hit(s), compile {t['compile_ms']:.1f} ms")
         for sp in self.specializations:
             lines.append(f"shapes {sp['signature']}: arena {sp['arena_bytes'] / 2**20:.2f} MiB in {sp['slots']} "
-                         f"buffer(s), {sp['inplace']} in-place step(s), {sp['folded']} step(s) folded")
+                         f"buffer(s), {sp['inplace']} in-place step(s), {sp['folded']} step(s) folded"
+                         + (f"; {sp['threads']}" if sp.get("threads") else ""))
         if t.get("blas_note"):
             lines.append(t["blas_note"])
         if t.get("panel_note"):
@@ -140,5 +141,5 @@ def build_stats(plan: Plan, specs: list[Specialization]) -> PlanStats:
     }
     specializations = [{"signature": spec.signature, "arena_bytes": spec.memory.arena_bytes,
                         "slots": len(spec.memory.slot_bytes), "inplace": len(spec.memory.inplace),
-                        "folded": len(spec.folded)} for spec in specs]
+                        "folded": len(spec.folded), "threads": spec.threads_note} for spec in specs]
     return PlanStats(plan.name, rows, totals, specializations)
