@@ -139,7 +139,8 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     feeds = {"x": rng.standard_normal((2, 4), dtype=np.float32)}
     want = plan.run(feeds)["y"]
     (state,) = plan._specs.values()
-    for _ in range(2 * plan_module.PROBE_RUNS):
+    deadline = time.monotonic() + 60   # (the one-thread arm's specialization is bound on the JIT thread)
+    while state.probe is not None and time.monotonic() < deadline:
         np.testing.assert_array_equal(plan.run(feeds)["y"], want)
     assert state.probe is None and state.spec.threads_note.startswith("runs at")   # settled, on its own timings
     state.reprobe(plan.runs)

@@ -34,6 +34,10 @@ panel.ensure()   # the symbol the product parts call (compiled code links it by 
 
 #: work (multiply-adds) from which a product is cut into parts: ~25 us on one core, 10x a parallel region's cost
 PARALLEL_MIN_MACS = 1 << 20
+#: weights (bytes) from which a product is cut into parts however little work it does: a matrix-vector product
+#: reads its weights from memory in a model (evicted by the layers before) at one core's bandwidth; ResNet-18's
+#: classifier at batch 1 (512 x 1000, 2 MB) took 86 us on one core against onnxruntime's 43 on two
+PARALLEL_MIN_BYTES = 1 << 19
 #: a column slab narrower than this costs BLAS more than the weight traffic it saves
 COLUMN_SPLIT_MIN = 128
 
@@ -63,8 +67,11 @@ def column_split(m: int, n: int, batch: int, nparts: int) -> bool:
     return nparts > 1 and batch == 1 and n > m and n >= nparts * COLUMN_SPLIT_MIN
 
 
-def parts_for(macs: int, threads: int) -> int:
-    return threads if threads > 1 and macs >= PARALLEL_MIN_MACS else 1
+def parts_for(macs: int, threads: int, weight_bytes: int = 0) -> int:
+    """Parts for a product of ``macs`` multiply-adds whose constant operand holds ``weight_bytes``: one per
+    thread where either is large (``PARALLEL_MIN_MACS``, ``PARALLEL_MIN_BYTES``), else one."""
+    large = macs >= PARALLEL_MIN_MACS or weight_bytes >= PARALLEL_MIN_BYTES
+    return threads if threads > 1 and large else 1
 
 
 @njit(cache=True, nogil=True, inline="always")

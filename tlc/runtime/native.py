@@ -232,7 +232,8 @@ class Product:
         self.offs = gemm.batch_offsets(self.a_shape, self.a_strides, self.b_shape, self.b_strides, self.out_shape,
                                        dtype.itemsize)
         m, n, k = self.out_shape[-2], self.out_shape[-1], self.a_shape[-1]
-        self.nparts = gemm.parts_for(self.offs.shape[0] * m * n * k, ctx.threads)
+        weights = 0 if self.b_const is None else self.b_const.nbytes
+        self.nparts = gemm.parts_for(self.offs.shape[0] * m * n * k, ctx.threads, weights)
         self.cols = gemm.column_split(m, n, self.offs.shape[0], self.nparts)
         # a constant float32 B in panels, packed once here: the panel product (``tlc.kernels.panel``)
         b2d = self.b_const if self.b_const is not None and (self.promoted is None or folded) else None

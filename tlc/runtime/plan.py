@@ -104,8 +104,10 @@ class SpecState:
         self.probe: tuple[list[float], list[float]] | None = ([], []) if spec.probe_threads else None
         #: the plan's run count at which a settled specialization probes again
         self.next_probe = REPROBE_RUNS if spec.probe_threads else 2**62
-        #: the specialization bound at one thread that small plans' one-thread runs take (``ONE_SPEC_S``)
+        #: the specialization bound at one thread that small plans' one-thread runs take (``ONE_SPEC_S``), and
+        #: the job that binds it on the JIT thread
         self.one: SpecState | None = None
+        self.one_job: Job | None = None
         #: the state settled runs take: this one, or ``one``
         self.settled: SpecState = self
 
@@ -118,12 +120,17 @@ class SpecState:
         # workers spinning beside it (the medians drop that first run of each block)
         if len(probe[0]) < PROBE_RUNS:
             return 0
-        return None if self.one is not None and _compiling(self.one.spec) else 1
+        job = self.one_job
+        if job is not None and self.one is None:   # binding the one-thread arm's specialization
+            if job.status != "ready":
+                return None if job.status in ("queued", "compiling") else 1   # (failed: the serial arm)
+            self.one = job.result
+        return 1
 
     def wants_one(self) -> bool:
-        """Whether the one-thread arm should run on a specialization bound at one thread, not built yet."""
+        """Whether the one-thread arm should run on a specialization bound at one thread, not asked for yet."""
         probe = self.probe
-        return (self.one is None and probe is not None and len(probe[0]) >= PROBE_RUNS
+        return (self.one_job is None and probe is not None and len(probe[0]) >= PROBE_RUNS
                 and statistics.median(probe[0]) < ONE_SPEC_S)
 
     def arm(self, arm: int | None) -> SpecState:
@@ -257,9 +264,14 @@ class Plan:
         """A run of a specialization that is still choosing its thread count (``SpecState``), timed."""
         arm = state.probing_arm()
         if arm == 1 and self.options.jit != "off" and state.wants_one():
+            # bound on the JIT thread (tens of ms for a small plan): this run and those until it is ready run
+            # at all cores, untimed
             one_thread = dataclasses.replace(self.options, num_threads=1)
-            state.one = self._bind(state.spec.types, state.spec.signature, one_thread, self._single)
-            arm = state.probing_arm()   # (its kernels may still be on their way)
+            spec = state.spec
+            state.one_job = Job(f"one-thread specialization {spec.signature}",
+                                lambda: self._bind(spec.types, spec.signature, one_thread, self._single))
+            state.one_job.submit()
+            arm = None
         runs = state.arm(arm)
         governor = (state.single if arm else state.governors)[runs.spec.uses_blas]
         token = governor.enter()
@@ -364,9 +376,9 @@ class Plan:
     def _bind(self, types: list, signature: str, options: CompileOptions, governors: dict) -> SpecState:
         spec = Specialization(self.program, types, options, self._run_node, signature)
         jobs = spec.make_jobs(self._job_done)
-        if options is not self.options:   # a one-thread arm's (``SpecState.one``): its kernels come from the
-            for job in jobs:               # cache (now under "eager", else in the background: the probe waits)
-                job.run() if self.options.jit == "eager" else job.submit()
+        if options is not self.options:   # a one-thread arm's (``SpecState.one``), bound on the JIT thread:
+            for job in jobs:               # its kernels come from the cache, built here too; nothing lists them
+                job.run()
             return SpecState(spec, governors, self._single)
         with self._jobs_lock:
             self._jobs += jobs
