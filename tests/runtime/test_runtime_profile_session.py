@@ -128,10 +128,10 @@ def test_num_threads_governs_numba_and_blas_during_a_run_only(rng, monkeypatch):
 
 
 def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_later(rng, monkeypatch):
-    """A specialization at several threads times PROBE_RUNS runs at all cores and at one thread, keeps one thread
-    where that was clearly faster (``plan.SpecState``; fed timings here: the machine's own are noise), on a
-    specialization bound at one thread where the plan is small, says so in ``plan.stats()``, and after
-    REPROBE_RUNS settled runs times both again."""
+    """A specialization at several threads times PROBE_RUNS runs at all cores and at one thread (``plan.SpecState``;
+    fed timings below: the machine's own are noise); a small plan whose one-thread arm came within reach probes
+    again at once on a specialization bound at one thread; one thread is kept where clearly faster, and said so
+    in ``plan.stats()``; after REPROBE_RUNS runs both are timed again."""
     from tlc.runtime import plan as plan_module
 
     monkeypatch.setattr(plan_module, "REPROBE_RUNS", 3)
@@ -139,23 +139,34 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     feeds = {"x": rng.standard_normal((2, 4), dtype=np.float32)}
     want = plan.run(feeds)["y"]
     (state,) = plan._specs.values()
-    deadline = time.monotonic() + 60   # (the one-thread arm's specialization is bound on the JIT thread)
-    while state.probe is not None and time.monotonic() < deadline:
-        np.testing.assert_array_equal(plan.run(feeds)["y"], want)
-    assert state.probe is None and state.spec.threads_note.startswith("runs at")   # settled, on its own timings
+
+    def settle():
+        deadline = time.monotonic() + 60   # (a one-thread arm's specialization is bound on the JIT thread)
+        while state.probe is not None and time.monotonic() < deadline:
+            np.testing.assert_array_equal(plan.run(feeds)["y"], want)
+        assert state.probe is None and state.spec.threads_note.startswith("runs at")
+
+    monkeypatch.setattr(plan_module, "ONE_SPEC_S", 0.0)
+    settle()   # on its own timings, on no second specialization
+    monkeypatch.setattr(plan_module, "ONE_SPEC_S", 1e-3)
+    probes = plan_module.PROBE_RUNS
     state.reprobe(plan.runs)
-    for arm, seconds in [(0, 1e-3)] * plan_module.PROBE_RUNS + [(1, 0.5e-3)] * plan_module.PROBE_RUNS:
-        state.record(arm, seconds)
+    for arm, seconds in [(0, 200e-6)] * probes + [(1, 216e-6)] * probes:   # one thread 8% slower: within reach
+        state.record(arm, seconds, plan.runs)
+    assert state.want_one and not state.one_thread and state.one is None
+    np.testing.assert_array_equal(plan.run(feeds)["y"], want)
+    assert state.probe is not None                     # probing again at once
+    settle()
+    assert state.one is not None and state.one.spec.options.threads == 1
+    state.reprobe(plan.runs)
+    for arm, seconds in [(0, 1e-3)] * probes + [(1, 0.5e-3)] * probes:
+        state.record(arm, seconds, plan.runs)
     assert state.probe is None and state.one_thread and state.governors is state.single
-    # a small plan's one-thread runs take a specialization bound at one thread (built on its first probe)
-    assert state.one is not None and state.one.spec.options.threads == 1 and state.settled is state.one
+    assert state.settled is state.one                 # the runs take the specialization bound at one thread
     assert "runs at one thread (timed: 0.500 ms at one (bound at one thread), 1.000 at all)" in str(plan.stats())
     for _ in range(3):
         np.testing.assert_array_equal(plan.run(feeds)["y"], want)
-    assert state.probe == ([], [])                     # settled runs used up: timing both again
-    for _ in range(2 * plan_module.PROBE_RUNS):
-        plan.run(feeds)
-    assert state.probe is None or len(state.probe[0]) < plan_module.PROBE_RUNS   # settled (or on its next probe)
+    assert state.probe == ([], [])                     # REPROBE_RUNS runs on: timing both again
     single = compile(small_graph(), num_threads=1, jit="eager")
     single.run(feeds)
     assert next(iter(single._specs.values())).probe is None

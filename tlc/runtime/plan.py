@@ -65,12 +65,19 @@ PROBE_RUNS = 5
 PROBE_MARGIN = 0.9
 #: runs after which a settled specialization times both again (slow spells come and go)
 REPROBE_RUNS = 1000
-#: a specialization whose runs at all cores take less than this (s) times its one-thread arm on a second
-#: specialization bound at one thread (built once, on its first probe): run in turn on one thread, its parts for
-#: two threads cost the dynamic-batch CNN 0.33 ms against 0.29 bound at one (its few-tile Winograd convs' ROWS
-#: read the shared transform once a part). Bigger plans take a serial run of their own parts: a second
-#: specialization cost 42 ms and 9 MiB for that CNN, 157 ms / 17 MiB for MobileNetV2, 0.7 s / 62 MiB ResNet-18
+#: a specialization whose runs at all cores take less than this (s), and whose one-thread arm (a serial run of
+#: its own parts) came within reach of them (at most 1 / PROBE_MARGIN their time) without matching them (more
+#: than PROBE_SAME apart: then its steps run serially anyway), probes again at once on a second specialization
+#: bound at one thread: run in turn on one thread, its parts for two threads cost the dynamic-batch CNN 0.33 ms
+#: against 0.29 bound at one (its few-tile Winograd convs' ROWS read the shared transform once a part). A second
+#: specialization cost 42 ms and 9 MiB for that CNN (157 ms / 17 MiB MobileNetV2, 0.7 s / 62 MiB ResNet-18), and
+#: bound on the JIT thread it holds the GIL in turns with the runs (runs of 3-7 ms in a bench of 0.05-0.4 ms ones)
 ONE_SPEC_S = 1e-3
+PROBE_SAME = 0.05
+#: ... and at least this long: below it the timings are too fine to tell the arms apart, and a one-thread
+#: specialization beside a tiny plan slowed its runs in a bench's pattern (0.15 s pauses, five runs): relu16 at
+#: 2 threads 3.8-4.1 -> 4.4-5.2 us, 50 tiny branches 7.2-8.4 -> 8.9-9.0 (the cause not found)
+ONE_SPEC_MIN_S = 1e-4
 
 
 def _compiling(spec: Specialization) -> bool:
@@ -108,6 +115,7 @@ class SpecState:
         #: the job that binds it on the JIT thread
         self.one: SpecState | None = None
         self.one_job: Job | None = None
+        self.want_one = False
         #: the state settled runs take: this one, or ``one``
         self.settled: SpecState = self
 
@@ -129,21 +137,25 @@ class SpecState:
 
     def wants_one(self) -> bool:
         """Whether the one-thread arm should run on a specialization bound at one thread, not asked for yet."""
-        probe = self.probe
-        return (self.one_job is None and probe is not None and len(probe[0]) >= PROBE_RUNS
-                and statistics.median(probe[0]) < ONE_SPEC_S)
+        return self.want_one and self.one_job is None
 
     def arm(self, arm: int | None) -> SpecState:
         """The state that runs a probing run of ``arm`` (None: not timed): this one, or at one thread ``one``."""
         return self.one if arm == 1 and self.one is not None else self
 
-    def record(self, arm: int, seconds: float) -> None:
+    def record(self, arm: int, seconds: float, runs: int = 0) -> None:
+        """Time a probing run of ``arm`` (``runs``: the plan's run count, from which the next probe counts)."""
         probe = self.probe
         if probe is None:
             return
         probe[arm].append(seconds)
         if min(len(probe[0]), len(probe[1])) >= PROBE_RUNS:
             all_cores, one = statistics.median(probe[0]), statistics.median(probe[1])
+            self.next_probe = runs + REPROBE_RUNS
+            if (self.one_job is None and ONE_SPEC_MIN_S <= all_cores < ONE_SPEC_S
+                    and abs(one / all_cores - 1) > PROBE_SAME and one * PROBE_MARGIN <= all_cores):
+                self.want_one = True   # within reach: probe again at once, the one-thread arm bound at one
+                self.next_probe = runs
             self.one_thread = one <= PROBE_MARGIN * all_cores
             self.governors = self.single if self.one_thread else self.all_cores
             bound = " (bound at one thread)" if self.one is not None else ""
@@ -281,9 +293,7 @@ class Plan:
         finally:
             governor.exit(token)
         if arm is not None:
-            state.record(arm, time.perf_counter() - start)
-            if state.probe is None:   # settled: the next probe REPROBE_RUNS runs on
-                state.next_probe = self._runs.value + REPROBE_RUNS
+            state.record(arm, time.perf_counter() - start, self._runs.value)
         return outputs
 
     def run_batches(self, feeds: Iterable[Mapping[str, object]], *, batch_size: int | None = None,
