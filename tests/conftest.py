@@ -8,6 +8,7 @@ them to stay inside its 10-minute budget; ``TLC_TESTS_FULL=1 python -m pytest`` 
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -30,3 +31,15 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def cache_with_ir_kernels(tmp_path):
+    """An empty kernel-cache folder (``tmp_path``) holding only the IR kernels' machine code, copied from the
+    default cache (``tlc.kernels.irjit``: per machine, built by this process's ``import tlc``): a process started
+    on it skips the ~4 s MCJIT compile that ``import tlc`` does on a cold folder."""
+    from tlc.kernels.cache import default_cache_dir
+
+    for obj in default_cache_dir().glob("*panel-*.o"):
+        shutil.copy(obj, tmp_path / obj.name)
+    return tmp_path

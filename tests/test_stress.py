@@ -5,7 +5,6 @@ folders, and memory over a few thousand runs."""
 from __future__ import annotations
 
 import errno
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 import tlc
-from tlc.kernels import KernelCache, default_cache_dir
+from tlc.kernels import KernelCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import stress  # noqa: E402
@@ -41,11 +40,9 @@ def _fresh_cache_compile(folder: Path, **options):
     return tlc.compile(stress.tiny_model(), jit="eager", cache_dir=str(folder), **options)
 
 
-def test_two_processes_compile_one_fresh_cache(tmp_path):
-    # the IR kernels' machine code is per machine and not what the processes race on here: copied in, it saves
-    # each child the ~4 s MCJIT compile that ``import tlc`` does on a cold folder
-    for obj in default_cache_dir().glob("*panel-*.o"):
-        shutil.copy(obj, tmp_path / obj.name)
+def test_two_processes_compile_one_fresh_cache(cache_with_ir_kernels):
+    # (the IR kernels' machine code is per machine and not what the processes race on here)
+    tmp_path = cache_with_ir_kernels
     procs = [stress._spawn(tmp_path, start_at=0.0, model="tiny") for _ in range(2)]
     results = [stress._result(p) for p in procs]
     assert all(r.get("ok") and r["failed"] == 0 for r in results), results

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,12 +63,11 @@ def _finish(proc: subprocess.Popen) -> dict:
     return result
 
 
-def test_racing_processes_both_succeed_and_a_later_one_loads_from_disk_without_compiling(tmp_path):
+def test_racing_processes_both_succeed_and_a_later_one_loads_from_disk_without_compiling(cache_with_ir_kernels):
     """Two processes compile the same key at once into an empty cache directory, then a third loads it without
     compiling. The IR kernels' machine code (``tlc.kernels.irjit``: per machine, not what they race on) is copied
-    in first: ``import tlc`` on a folder without it compiles it, ~4 s a process."""
-    for obj in default_cache_dir().glob("*panel-*.o"):
-        shutil.copy(obj, tmp_path / obj.name)
+    in first (``cache_with_ir_kernels``): ``import tlc`` on a folder without it compiles it, ~4 s a process."""
+    tmp_path = cache_with_ir_kernels
     racing = [_finish(p) for p in [_start(tmp_path), _start(tmp_path)]]
     assert not all(r["hit"] for r in racing)   # at least one of them compiled
     later = _finish(_start(tmp_path))

@@ -66,14 +66,15 @@ PROBE_MARGIN = 0.9
 #: runs after which a settled specialization times both again (slow spells come and go)
 REPROBE_RUNS = 1000
 #: a specialization whose runs at all cores take less than this (s), and whose one-thread arm (a serial run of
-#: its own parts) came within reach of them (at most 1 / PROBE_MARGIN their time) without matching them (more
-#: than PROBE_SAME apart: then its steps run serially anyway), probes again at once on a second specialization
-#: bound at one thread: run in turn on one thread, its parts for two threads cost the dynamic-batch CNN 0.33 ms
-#: against 0.29 bound at one (its few-tile Winograd convs' ROWS read the shared transform once a part). A second
-#: specialization cost 42 ms and 9 MiB for that CNN (157 ms / 17 MiB MobileNetV2, 0.7 s / 62 MiB ResNet-18), and
-#: bound on the JIT thread it holds the GIL in turns with the runs (runs of 3-7 ms in a bench of 0.05-0.4 ms ones)
+#: its own parts) came within ``ONE_SPEC_REACH`` of them, probes again at once on a second specialization bound
+#: at one thread: run in turn on one thread, its parts for two threads cost the dynamic-batch CNN 0.33 ms against
+#: 0.29 bound at one (its few-tile Winograd convs' ROWS read the shared transform once a part), and in a bench's
+#: pattern (pauses, five runs) its serial arm timed 0.34-0.51 ms against 0.37-0.45 at all cores in one spell. A
+#: second specialization cost 42 ms and 9 MiB for that CNN (157 ms / 17 MiB MobileNetV2, 0.7 s / 62 MiB
+#: ResNet-18), and bound on the JIT thread it takes the GIL in turns with the runs (runs of 3-7 ms in a bench of
+#: 0.05-0.4 ms ones when every small plan built one)
 ONE_SPEC_S = 1e-3
-PROBE_SAME = 0.05
+ONE_SPEC_REACH = 1.25
 #: ... and at least this long: below it the timings are too fine to tell the arms apart, and a one-thread
 #: specialization beside a tiny plan slowed its runs in a bench's pattern (0.15 s pauses, five runs): relu16 at
 #: 2 threads 3.8-4.1 -> 4.4-5.2 us, 50 tiny branches 7.2-8.4 -> 8.9-9.0 (the cause not found)
@@ -152,8 +153,7 @@ class SpecState:
         if min(len(probe[0]), len(probe[1])) >= PROBE_RUNS:
             all_cores, one = statistics.median(probe[0]), statistics.median(probe[1])
             self.next_probe = runs + REPROBE_RUNS
-            if (self.one_job is None and ONE_SPEC_MIN_S <= all_cores < ONE_SPEC_S
-                    and abs(one / all_cores - 1) > PROBE_SAME and one * PROBE_MARGIN <= all_cores):
+            if self.one_job is None and ONE_SPEC_MIN_S <= all_cores < ONE_SPEC_S and one <= ONE_SPEC_REACH * all_cores:
                 self.want_one = True   # within reach: probe again at once, the one-thread arm bound at one
                 self.next_probe = runs
             self.one_thread = one <= PROBE_MARGIN * all_cores
