@@ -170,6 +170,13 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     single = compile(small_graph(), num_threads=1, jit="eager")
     single.run(feeds)
     assert next(iter(single._specs.values())).probe is None
+    # no run is timed while a kernel of the specialization is still on its way (it would time a fallback)
+    lazy = compile(small_graph(), num_threads=2, jit="lazy")
+    lazy.run(feeds)
+    (lazy_state,) = lazy._specs.values()
+    for status in ("pending", "queued", "compiling"):
+        lazy_state.spec.jobs()[0].status = status
+        assert lazy_state.probing_arm() is None
 
 
 def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):

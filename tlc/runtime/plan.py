@@ -82,7 +82,7 @@ ONE_SPEC_MIN_S = 1e-4
 
 
 def _compiling(spec: Specialization) -> bool:
-    return any(job.status in ("pending", "queued", "running") for job in spec.jobs())
+    return any(job.status in ("pending", "queued", "compiling") for job in spec.jobs())
 
 
 class SpecState:
@@ -258,11 +258,11 @@ class Plan:
         if state.probe is not None:
             outputs = self._probed(state, arrays, profile)
         else:
-            runs = state.settled
-            governor = state.governors[runs.spec.uses_blas]
+            target = state.settled
+            governor = state.governors[target.spec.uses_blas]
             token = governor.enter()
             try:
-                outputs = self._execute(runs, arrays, profile)
+                outputs = self._execute(target, arrays, profile)
             finally:
                 governor.exit(token)
         runs = self._runs.incr()
@@ -284,12 +284,12 @@ class Plan:
                                 lambda: self._bind(spec.types, spec.signature, one_thread, self._single))
             state.one_job.submit()
             arm = None
-        runs = state.arm(arm)
-        governor = (state.single if arm else state.governors)[runs.spec.uses_blas]
+        target = state.arm(arm)
+        governor = (state.single if arm else state.governors)[target.spec.uses_blas]
         token = governor.enter()
         start = time.perf_counter()
         try:
-            outputs = self._execute(runs, arrays, profile)
+            outputs = self._execute(target, arrays, profile)
         finally:
             governor.exit(token)
         if arm is not None:
