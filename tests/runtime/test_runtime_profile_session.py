@@ -150,7 +150,7 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     settle()   # on its own timings, on no second specialization
     monkeypatch.setattr(plan_module, "ONE_SPEC_S", 1e-3)
     probes = plan_module.PROBE_RUNS
-    state.reprobe(plan.runs)
+    state.reprobe()
     for arm, seconds in [(0, 200e-6)] * probes + [(1, 216e-6)] * probes:   # one thread 8% slower: within reach
         state.record(arm, seconds, plan.runs)
     assert state.want_one and not state.one_thread and state.one is None
@@ -158,7 +158,7 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     assert state.probe is not None                     # probing again at once
     settle()
     assert state.one is not None and state.one.spec.options.threads == 1
-    state.reprobe(plan.runs)
+    state.reprobe()
     for arm, seconds in [(0, 1e-3)] * probes + [(1, 0.5e-3)] * probes:
         state.record(arm, seconds, plan.runs)
     assert state.probe is None and state.one_thread and state.governors is state.single

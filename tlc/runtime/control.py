@@ -448,7 +448,6 @@ class LoopImpl(StepImpl):
 
     mode = "native"
     shapes_from_data = True
-    runs_loop = True
 
     def __init__(self, attrs: dict, node: Node, options: CompileOptions):
         body: Graph = attrs["body"]
@@ -505,7 +504,6 @@ class ScanImpl(StepImpl):
 
     mode = "native"
     shapes_from_data = True
-    runs_loop = True
 
     def __init__(self, attrs: dict, node: Node, options: CompileOptions):
         body: Graph = attrs["body"]

@@ -75,7 +75,6 @@ class StepImpl:
     mode = "library"          # library | native | view | reference (what stats() says while nothing is bound)
     reason = ""               # what it does, for stats()
     shapes_from_data = False  # binds outputs whose shapes depend on the data (returning arrays of its own)
-    runs_loop = False         # runs a body per iteration (Loop, Scan): its plan times 1 thread against all
 
     def bind(self, ctx: BindContext) -> Bound:
         raise NotImplementedError

@@ -81,10 +81,6 @@ ONE_SPEC_REACH = 1.25
 ONE_SPEC_MIN_S = 1e-4
 
 
-def _compiling(spec: Specialization) -> bool:
-    return any(job.status in ("pending", "queued", "compiling") for job in spec.jobs())
-
-
 class SpecState:
     """A specialization as the plan runs it: its current runner (regenerated as kernels arrive) and arenas.
 
@@ -123,7 +119,7 @@ class SpecState:
     def probing_arm(self) -> int | None:
         """The thread count this run is timed at (0: all cores, 1: one thread), or None: not a probing run."""
         probe = self.probe
-        if probe is None or _compiling(self.spec):
+        if probe is None or not all(job.done for job in self.spec.jobs()):   # (it would time a fallback)
             return None
         # NOTE: in blocks, all cores first: a one-thread run right after an all-cores run still has the pool's
         # workers spinning beside it (the medians drop that first run of each block)
@@ -131,9 +127,9 @@ class SpecState:
             return 0
         job = self.one_job
         if job is not None and self.one is None:   # binding the one-thread arm's specialization
-            if job.status != "ready":
-                return None if job.status in ("queued", "compiling") else 1   # (failed: the serial arm)
-            self.one = job.result
+            if not job.done:
+                return None
+            self.one = job.result   # (None where it failed: the serial arm)
         return 1
 
     def wants_one(self) -> bool:
@@ -164,9 +160,8 @@ class SpecState:
             self.settled = self.one if self.one_thread and self.one is not None else self
             self.probe = None
 
-    def reprobe(self, runs: int) -> None:
-        """Time both thread counts again (``Plan.run`` calls it at ``next_probe`` runs)."""
-        self.next_probe = runs + REPROBE_RUNS
+    def reprobe(self) -> None:
+        """Time both thread counts again (``Plan.run`` calls it at ``next_probe`` runs; ``record`` sets the next)."""
         self.probe = ([], [])
 
     def runner(self, profile: bool = False) -> Runner:
@@ -267,7 +262,7 @@ class Plan:
                 governor.exit(token)
         runs = self._runs.incr()
         if runs >= state.next_probe and state.probe is None:
-            state.reprobe(runs)
+            state.reprobe()
         if self._on_device and not device_outputs:   # one copy back per output, owned by the caller
             outputs = [self._memory.host(o) for o in outputs]
         return dict(zip(self._out_names, outputs))
