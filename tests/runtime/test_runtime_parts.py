@@ -99,6 +99,20 @@ def test_products_with_more_columns_than_rows_split_columns(column_parts):
     assert not gemm.column_split(4, 12, 1, 1)        # one part
 
 
+def test_a_product_on_large_weights_is_cut_however_few_its_multiply_adds(rng, monkeypatch):
+    """A matrix-vector product reads its weights at one core's bandwidth: from PARALLEL_MIN_BYTES of constant
+    weights it runs in parts even under PARALLEL_MIN_MACS (ResNet-18's classifier at batch 1)."""
+    monkeypatch.setattr(gemm, "PARALLEL_MIN_MACS", 1 << 20)   # the real threshold, not this module's
+    assert gemm.parts_for(512 * 1000, 2, 512 * 1000 * 4) == 2
+    assert gemm.parts_for(512 * 1000, 2) == 1                  # the same work on activations
+    assert gemm.parts_for(64 * 64, 2, 64 * 64 * 4) == 1
+    assert gemm.parts_for(512 * 1000, 1, 512 * 1000 * 4) == 1
+    w, c = rng.standard_normal((1000, 512)).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    plan = run_both([helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1)], {"x": (1, 512)}, {"w": w, "c": c},
+                    rng, rtol=1e-3)
+    assert "2 column parts" in notes(plan)
+
+
 @pytest.mark.parametrize("c_shape", [(12,), (4, 1), (), (4, 12)], ids=str)
 @pytest.mark.parametrize("trans", [(0, 0), (1, 1)], ids=str)
 def test_gemm_in_column_parts_with_c_alpha_beta(rng, column_parts, c_shape, trans):
