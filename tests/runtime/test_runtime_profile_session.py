@@ -131,10 +131,12 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     """A specialization at several threads times PROBE_RUNS runs at all cores and at one thread (``plan.SpecState``;
     fed timings below: the machine's own are noise); a small plan whose one-thread arm came within reach probes
     again at once on a specialization bound at one thread; one thread is kept where clearly faster, and said so
-    in ``plan.stats()``; after REPROBE_RUNS runs both are timed again."""
+    in ``plan.stats()``; both are timed again REPROBE_FIRST runs later, then at doubling intervals while the count
+    holds (up to REPROBE_RUNS), from REPROBE_FIRST again when it changes."""
     from tlc.runtime import plan as plan_module
 
-    monkeypatch.setattr(plan_module, "REPROBE_RUNS", 3)
+    monkeypatch.setattr(plan_module, "REPROBE_FIRST", 3)
+    monkeypatch.setattr(plan_module, "REPROBE_RUNS", 8)
     plan = compile(small_graph(), num_threads=2, jit="eager")
     feeds = {"x": rng.standard_normal((2, 4), dtype=np.float32)}
     want = plan.run(feeds)["y"]
@@ -158,15 +160,19 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     assert state.probe is not None                     # probing again at once
     settle()
     assert state.one is not None and state.one.spec.options.threads == 1
-    state.reprobe()
-    for arm, seconds in [(0, 1e-3)] * probes + [(1, 0.5e-3)] * probes:
-        state.record(arm, seconds, plan.runs)
+    intervals = []
+    for fast in (1, 0, 0, 0, 1):   # the faster arm: one thread, all cores three times, one thread again
+        state.reprobe()
+        for arm, seconds in [(fast, 0.5e-3)] * probes + [(1 - fast, 1e-3)] * probes:
+            state.record(arm, seconds, plan.runs)
+        intervals.append(state.interval)
+    assert intervals[1:] == [3, 6, 8, 3]               # doubling while the count holds, up to REPROBE_RUNS
     assert state.probe is None and state.one_thread and state.governors is state.single
     assert state.settled is state.one                 # the runs take the specialization bound at one thread
     assert "runs at one thread (timed: 0.500 ms at one (bound at one thread), 1.000 at all)" in str(plan.stats())
     for _ in range(3):
         np.testing.assert_array_equal(plan.run(feeds)["y"], want)
-    assert state.probe == ([], [])                     # REPROBE_RUNS runs on: timing both again
+    assert state.probe == ([], [])                     # REPROBE_FIRST runs on: timing both again
     single = compile(small_graph(), num_threads=1, jit="eager")
     single.run(feeds)
     assert next(iter(single._specs.values())).probe is None

@@ -63,7 +63,13 @@ class Counter:
 PROBE_RUNS = 5
 #: one thread is kept when its median run takes at most this fraction of the median at all cores
 PROBE_MARGIN = 0.9
-#: runs after which a settled specialization times both again (slow spells come and go)
+#: runs after which a settled specialization first times both again: what runs beside a plan changes (an
+#: application that calls onnxruntime and tlc back to back at 2 threads, onnxruntime's idle threads spinning into
+#: tlc's run, made ResNet-18 at batch 1 settle at one thread: 30.6 ms there against 36.9 at all cores; run alone
+#: afterwards it stayed at one thread, 29 ms, where all cores take 17); each probe that keeps the count doubles the
+#: interval, up to ``REPROBE_RUNS``, and one that changes it starts again from here
+REPROBE_FIRST = 20
+#: the longest interval (runs) between probes of a settled specialization (slow spells come and go)
 REPROBE_RUNS = 1000
 #: a specialization whose runs at all cores take less than this (s), and whose one-thread arm (a serial run of
 #: its own parts) came within ``ONE_SPEC_REACH`` of them, probes again at once on a second specialization bound
@@ -86,8 +92,9 @@ class SpecState:
 
     A specialization at several threads times its runs at all cores and then at one thread (``PROBE_RUNS`` each,
     once its kernels are compiled), keeps one thread when that is clearly faster (``PROBE_MARGIN``), and times
-    both again every ``REPROBE_RUNS`` runs. A loop's body runs many small serial steps that gain nothing from a
-    second thread, while a parallel step before the loop needs every CPU free: tools/models.rnn_loop at 2
+    both again ``REPROBE_FIRST`` runs later, then at intervals that double while the count holds (up to
+    ``REPROBE_RUNS``) and start again when it changes. A loop's body runs many small serial steps that gain
+    nothing from a second thread, while a parallel step before the loop needs every CPU free: tools/models.rnn_loop at 2
     threads (its projection batched before the loop by ``loopbatch``) took 0.79 ms alone but 2.0 run back to back
     with an onnxruntime session whose idle threads spin, against 0.86 at one thread. And in this VM's slow spells
     (a cache line one core wrote costs the other ~1.5x, for seconds to minutes) a small model's two parts lose
@@ -108,6 +115,8 @@ class SpecState:
         self.probe: tuple[list[float], list[float]] | None = ([], []) if spec.probe_threads else None
         #: the plan's run count at which a settled specialization probes again
         self.next_probe = REPROBE_RUNS if spec.probe_threads else 2**62
+        #: runs from one settled probe to the next (None before the first settles)
+        self.interval: int | None = None
         #: the specialization bound at one thread that small plans' one-thread runs take (``ONE_SPEC_S``), and
         #: the job that binds it on the JIT thread
         self.one: SpecState | None = None
@@ -148,11 +157,14 @@ class SpecState:
         probe[arm].append(seconds)
         if min(len(probe[0]), len(probe[1])) >= PROBE_RUNS:
             all_cores, one = statistics.median(probe[0]), statistics.median(probe[1])
-            self.next_probe = runs + REPROBE_RUNS
+            one_thread = one <= PROBE_MARGIN * all_cores
+            held = self.interval is not None and one_thread == self.one_thread
+            self.interval = min(2 * self.interval, REPROBE_RUNS) if held else REPROBE_FIRST
+            self.next_probe = runs + self.interval
             if self.one_job is None and ONE_SPEC_MIN_S <= all_cores < ONE_SPEC_S and one <= ONE_SPEC_REACH * all_cores:
                 self.want_one = True   # within reach: probe again at once, the one-thread arm bound at one
                 self.next_probe = runs
-            self.one_thread = one <= PROBE_MARGIN * all_cores
+            self.one_thread = one_thread
             self.governors = self.single if self.one_thread else self.all_cores
             bound = " (bound at one thread)" if self.one is not None else ""
             self.spec.threads_note = (f"runs at {'one thread' if self.one_thread else 'all its threads'} "
