@@ -16,27 +16,30 @@ from tlc.kernels import lib_conv
 ort = pytest.importorskip("onnxruntime")
 
 
-def run_ort(op: str, inputs: list[np.ndarray | None], attrs: dict, opset: int = 17) -> list[np.ndarray]:
+def run_ort(op: str, inputs: list[np.ndarray | None], attrs: dict, opset: int = 17,
+            out_dtype: type | None = None) -> list[np.ndarray]:
     names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
     node = helper.make_node(op, names, ["y"], **attrs)
     graph = helper.make_graph(
         [node], "case",
         [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
          for n, a in zip(names, inputs) if a is not None],
-        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(inputs[0].dtype), None)])
+        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype or inputs[0].dtype)),
+                                       None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=9)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, {n: a for n, a in zip(names, inputs) if a is not None})
 
 
 def run_library(op: str, inputs: list[np.ndarray | None], attrs: dict, jit: str = "eager",
-                **_: object) -> tuple[np.ndarray, str]:
+                out_dtype: type | None = None, **_: object) -> tuple[np.ndarray, str]:
     names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
     graph = helper.make_graph(
         [helper.make_node(op, names, ["y"], **attrs)], "case",
         [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
          for n, a in zip(names, inputs) if a is not None],
-        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(inputs[0].dtype), None)])
+        [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(out_dtype or inputs[0].dtype)),
+                                       None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     plan = tlc.compile(from_onnx(model)[0], opt_level=0, jit=jit)
     feeds = {n: a for n, a in zip(names, inputs) if a is not None}
@@ -48,7 +51,7 @@ def run_library(op: str, inputs: list[np.ndarray | None], attrs: dict, jit: str 
 
 
 def check(op: str, inputs: list, attrs: dict, *, rtol=1e-5, atol=1e-5, **kw) -> str:
-    (want,) = run_ort(op, inputs, attrs)
+    (want,) = run_ort(op, inputs, attrs, out_dtype=kw.get("out_dtype"))
     have, note = run_library(op, inputs, attrs, **kw)
     np.testing.assert_allclose(have, want, rtol=rtol, atol=atol)
     return note
@@ -193,6 +196,16 @@ def test_softmax_concat_transpose(rng):
     check("Concat", [x, x[:, :2] * 2, x[:, :1]], {"axis": 1})
     check("Transpose", [x], {"perm": [2, 0, 1]})
     check("Transpose", [x], {})
+
+
+def test_argmax_argmin(rng):
+    """ArgMax/ArgMin as numpy steps, ties on both ends (select_last_index), every axis form and integer input."""
+    x = rng.integers(0, 3, (3, 4, 5)).astype(np.float32)       # many ties
+    for op in ("ArgMax", "ArgMin"):
+        for attrs in ({}, {"axis": -1, "keepdims": 0}, {"axis": 1, "select_last_index": 1},
+                      {"axis": 2, "keepdims": 0, "select_last_index": 1}):
+            check(op, [x], attrs, out_dtype=np.int64)
+    check("ArgMax", [x.astype(np.int32)], {"axis": 1, "keepdims": 0}, out_dtype=np.int64)
 
 
 def test_concat_inputs_written_in_place(rng):

@@ -338,6 +338,38 @@ class ReduceImpl(StepImpl):
         return Bound([Call(reduce_into, (self.reducer, V(ctx.inputs[0]), tuple(axes), kept, V(ctx.outputs[0])))])
 
 
+def arg_into(pick, x: np.ndarray, axis: int, last: bool, kept: tuple[int, ...], out: np.ndarray) -> None:
+    """ArgMax/ArgMin (``pick``: np.argmax/argmin) into ``out`` viewed with the axis kept; ``last``: the last of
+    equal extremes (searched on the reversed axis, the position mapped back)."""
+    index = out.reshape(kept)
+    if last:
+        pick(np.flip(x, axis), axis=axis, out=index, keepdims=True)
+        np.subtract(x.shape[axis] - 1, index, out=index)
+    else:
+        pick(x, axis=axis, out=index, keepdims=True)
+
+
+class ArgImpl(StepImpl):
+    """ArgMax/ArgMin: numpy's, written into the int64 output (numpy's index type is int64 wherever tlc runs)."""
+
+    def __init__(self, op: str, attrs: dict[str, Any]):
+        self.pick = np.argmax if op == "ArgMax" else np.argmin
+        self.axis, self.last = int(attrs["axis"]), bool(attrs["select_last_index"])
+        self.reason = f"numpy {op[3:].lower()} index"
+
+    def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
+        if np.dtype(np.intp) != np.int64:
+            raise NotNative("numpy's index type is not int64 here")
+        if np_dtype(ctx.in_types[0].dtype).kind not in "biuf":
+            raise NotNative(f"numpy cannot order {ctx.in_types[0].dtype} values")
+        axis = self.axis % max(len(x), 1)
+        if not x or x[axis] == 0:
+            raise NotNative("an index over an empty axis")
+        kept = tuple(1 if a == axis else d for a, d in enumerate(x))
+        return Bound([Call(arg_into, (self.pick, V(ctx.inputs[0]), axis, self.last, kept, V(ctx.outputs[0])))])
+
+
 def softmax_into(x: np.ndarray, axis: int, log: bool, out: np.ndarray) -> None:
     m = np.max(x, axis=axis, keepdims=True)
     np.subtract(x, m, out=out)

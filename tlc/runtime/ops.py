@@ -83,6 +83,8 @@ CPU_OPS: dict[str, Factory] = {
     "If": IfImpl, "Loop": LoopImpl, "Scan": ScanImpl,
     "ReduceSum": _reduce("ReduceSum"), "ReduceMean": _reduce("ReduceMean"), "ReduceMax": _reduce("ReduceMax"),
     "ReduceMin": _reduce("ReduceMin"), "ReduceProd": _reduce("ReduceProd"),
+    "ArgMax": _single_output(lambda attrs: lib.ArgImpl("ArgMax", attrs)),
+    "ArgMin": _single_output(lambda attrs: lib.ArgImpl("ArgMin", attrs)),
     "Reshape": _view, "Flatten": _view, "Squeeze": _view, "Unsqueeze": _view, "Identity": _view,
     f"{TLC_DOMAIN}.ConvNhwc": _single_output(lib.ConvNhwcImpl),
     f"{TLC_DOMAIN}.MaxPoolNhwc": _single_output(lambda attrs: lib.PoolNhwcImpl(attrs, "max")),
