@@ -19,6 +19,22 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 FULL = bool(os.environ.get("TLC_TESTS_FULL"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _other_workers_are_not_contention():
+    """Under pytest-xdist the other workers keep the CPUs busy, and tlc's runs would see other processes holding
+    the cores their threads need and run their parallel steps' parts in turn (``threads.Placement.contended``):
+    the tests would stop running the parallel code they check. The policy's own tests patch it themselves."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    from tlc.runtime import threads
+
+    place = threads.placement()
+    place._busy_elsewhere = lambda mask, n: False
+    yield
+    del place._busy_elsewhere
+
+
 def pytest_collection_modifyitems(config, items):
     if FULL:
         return

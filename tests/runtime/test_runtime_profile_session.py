@@ -197,6 +197,7 @@ def test_placement_holds_a_runs_threads_apart_during_the_run_only(monkeypatch):
     gov = threads.Governor(2, uses_blas=False)
     gov._long = True                                    # as if its last run took long enough
     monkeypatch.setattr(place, "_busy_elsewhere", lambda mask, n: False)
+    monkeypatch.setattr(place, "_sample", None)         # (not the last look's answer)
     token = gov.enter()
     during = os.sched_getaffinity(0)
     team = place._teams[threading.get_ident()]
