@@ -7,7 +7,9 @@ A shape is ``dwK:C@H/S`` (depthwise KxK over C channels of HxH, stride S) or ``K
 tlc runs the algorithm its cost model picks (``conv_run``: the kernel alone, no plan around it) and onnxruntime a
 one-node model (ORT_ENABLE_ALL, its NCHWc kernels), interleaved in rounds on the same input; the table gives
 medians with [min-max] in microseconds and the ratio tlc / onnxruntime. The input stays in cache between calls,
-so in a model, where it comes from the step before, both are slower.
+so in a model, where it comes from the step before, both are slower; ``--cold`` reads 64 MB before each timed call
+(outside the timing), so that input, output, scratch and weights all start out of the caches, as a model's first
+steps find them.
 """
 
 from __future__ import annotations
@@ -62,9 +64,14 @@ K_ALGOS = ("gemm", "direct", "depthwise", "winograd", "panel", "panel-positions"
 PAUSE_S = 0.2
 
 
-def interleaved(contenders: dict, rounds: int) -> dict:
+#: what ``--cold`` reads before each timed call: twice the L3 of the 2-core machine
+FLUSH_BYTES = 64 << 20
+
+
+def interleaved(contenders: dict, rounds: int, cold: bool = False) -> dict:
     """Microseconds per call of each contender, interleaved: ``rounds`` rounds of 10 calls each, a pause and two
-    calls left out before each block."""
+    calls left out before each block; ``cold``: the caches flushed before each timed call."""
+    junk = np.ones(FLUSH_BYTES // 4 if cold else 1, np.float32)   # (touched: not the zero page)
     for fn in contenders.values():
         fn()
     times: dict = {name: [] for name in contenders}
@@ -74,6 +81,8 @@ def interleaved(contenders: dict, rounds: int) -> dict:
             fn()                  # the first two calls after the pause are left out: data untouched for
             fn()                  # ~0.1 s is slow for two passes on this VM (shared/FACTS.md)
             for _ in range(10):
+                if cold:
+                    junk.sum()   # read, not written: no dirty lines left to write back during the call
                 t0 = time.perf_counter()
                 fn()
                 times[name].append((time.perf_counter() - t0) * 1e6)
@@ -81,7 +90,7 @@ def interleaved(contenders: dict, rounds: int) -> dict:
 
 
 def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = None,
-        blas_products: bool = False) -> str:
+        blas_products: bool = False, cold: bool = False) -> str:
     """One table row: the shape's conv in tlc's kernel (``algo``: the cost model's unless named) and in
     onnxruntime at ``threads`` threads."""
     import numba
@@ -114,7 +123,7 @@ def row(shape: str, threads: int, batch: int, rounds: int, algo: str | None = No
     col = np.empty(max(1, col_size), np.float32)
     session = ort_session(x, w, b, k, s, group, threads)
     times = interleaved({"tlc": lambda: K.conv_run(x, packed, b, geo, out, col, nparts, nprep),
-                         "ort": lambda: session.run(None, {"x": x})}, rounds)
+                         "ort": lambda: session.run(None, {"x": x})}, rounds, cold)
     err = float(np.abs(out - session.run(None, {"x": x})[0]).max())
     t, o = times["tlc"], times["ort"]
     algo = K.ALGO_NAMES[geo[K.ALGO]] + (" (vector)" if vector else "") + (" (panel products)" if in_panels else "") + \
@@ -134,6 +143,7 @@ def main(argv=None) -> int:
                         help="Winograd's and the column tiles' products in BLAS, not the panel kernel")
     parser.add_argument("--algo", nargs="+", default=["auto"], choices=["auto", *K_ALGOS],
                         help="algorithms to time (auto: the cost model's choice)")
+    parser.add_argument("--cold", action="store_true", help="flush the caches before each timed call")
     args = parser.parse_args(argv)
     from tlc.kernels import blas
     blas.set_threads(1)
@@ -144,7 +154,7 @@ def main(argv=None) -> int:
         for threads in args.threads:
             for algo in args.algo:
                 print(row(shape, threads, args.batch, args.rounds, None if algo == "auto" else algo,
-                          args.blas_products), flush=True)
+                          args.blas_products, args.cold), flush=True)
     return 0
 
 
