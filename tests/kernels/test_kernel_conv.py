@@ -189,6 +189,13 @@ def test_the_cost_model_picks_blas_winograd_direct_and_depthwise_where_each_wins
     assert K.panel_lanes(geometry(3, 224, 32, 3, s=2))[0] == K.LANES_PHASES
     assert K.panel_lanes(geometry(3, 224, 64, 7, s=2))[0] == K.LANES_PHASES
     assert K.panel_lanes(geometry(64, 56, 128, 1, s=2))[0] != K.LANES_PHASES      # 1x1: phases 4x the gather
+    # Winograd's tile side at two parts: F(4x4) for one image of enough tiles, its parts splitting the output
+    # channels (ROWS); F(2x2) for a small plane, and for several images, which would read the weights per image
+    assert K.winograd_tile(geometry(128, 28, 128, 3), panels=True, nparts=2) == 4
+    assert K.winograd_tile(geometry(128, 16, 128, 3), panels=True, nparts=2) == 2
+    assert K.winograd_tile(geometry(128, 16, 128, 3), panels=True, nparts=1) == 4
+    two = K.conv_geometry((2, 128, 28, 28), (128, 128, 3, 3), (2, 128, 28, 28), (1, 1), (1, 1), (1, 1), 1)
+    assert K.winograd_tile(two, panels=True, nparts=2) == 2
 
 
 def test_the_cost_model_follows_the_hosts_vector_width_and_blas_kernels(monkeypatch):

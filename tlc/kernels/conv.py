@@ -183,6 +183,8 @@ WINO_CALL_S = 0.5e-6
 #: ``WINO_WEIGHTS_BYTES_PER_S`` prices (fitted to those two); F(4x4) on larger planes: 64 -> 64 at 56x56 0.54
 #: against 0.74 ms, 128 -> 128 at 28x28 0.46 against 0.63, batch 8 64 -> 64 at 56x56 4.8 against 6.5
 WINO_TILES = (2, 4)
+#: F(4x4)'s tiles an image needs for F(4x4) where its parts split the output channels (``winograd_tile``)
+WINO_ROWS_TILES = 48
 WINO_WEIGHTS_BYTES_PER_S = 40e9
 #: the time of a transformed element of the input and output transforms against F(2x2)'s (measured, one core,
 #: 64 -> 64 at 56x56: F(4x4)'s input transform 0.19 ms for 452 k elements, F(2x2)'s 0.13 ms for 803 k; output
@@ -318,12 +320,17 @@ def _whole(n: int, unit: int) -> int:
 
 def winograd_tile(geo: np.ndarray, panels: bool | None = None, nparts: int = 1) -> int:
     """The Winograd tile side (``WINO_TILES``) the cost model prefers for this shape, cut into ``nparts``: F(4x4)
-    only where its tiles still fill every part (TILES mode). With fewer, parts split the output channels of
-    each image (ROWS) and read their share of the 36 weight matrices again per image, for few columns: batch 8
-    512 -> 512 at 7x7, two threads, 8.7 ms against F(2x2)'s 3.8 (where one image gains: 128 -> 128 at 28x28,
-    0.27 against 0.33 ms; not worth a rule of its own)."""
+    where its tiles still fill every part (TILES mode), or one image of at least ``WINO_ROWS_TILES`` of them.
+    With fewer tiles, parts split the output channels of each image (ROWS) and read their share of the 36
+    weight matrices again per image, for few columns: batch 8 512 -> 512 at 7x7, two threads, 8.7 ms against
+    F(2x2)'s 3.8. One image reads them once; on a plane of enough tiles F(4x4) then gains (2-core Zen 4, two
+    parts, F(4x4) in ROWS against F(2x2): 128 -> 128 at 28x28 570 against 736 us, 32 -> 64 at 32x32 127 against
+    135), on smaller ones its 16-column products lose (UNet's 128 -> 128 at 16x16 ~500 against ~400 in the
+    model; 64 -> 64 at 16x16 105 against 102 alone)."""
     panels = geo[KIND] == PRODUCTS_PANEL if panels is None else panels
-    sides = [m for m in WINO_TILES if m == 2 or not _few_tiles(geo, m, nparts)]
+    sides = [m for m in WINO_TILES
+             if m == 2 or not _few_tiles(geo, m, nparts)
+             or (geo[N] == 1 and _tiles(geo[HO], m) * _tiles(geo[WO], m) >= WINO_ROWS_TILES)]
     return min(sides, key=lambda m: _winograd_seconds(geo, m, panels))
 
 
