@@ -131,8 +131,9 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     """A specialization at several threads times PROBE_RUNS runs at all cores and at one thread (``plan.SpecState``;
     fed timings below: the machine's own are noise); a small plan whose one-thread arm came within reach probes
     again at once on a specialization bound at one thread; one thread is kept where clearly faster, and said so
-    in ``plan.stats()``; both are timed again REPROBE_FIRST runs later, then at doubling intervals while the count
-    holds (up to REPROBE_RUNS), from REPROBE_FIRST again when it changes."""
+    in ``plan.stats()``; both are timed again (REPROBE_SHORT_RUNS each after a decisive verdict) REPROBE_FIRST
+    runs later, then at doubling intervals while the count holds (up to REPROBE_RUNS), from REPROBE_FIRST again
+    when it changes."""
     from tlc.runtime import plan as plan_module
 
     monkeypatch.setattr(plan_module, "REPROBE_FIRST", 3)
@@ -173,6 +174,12 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     for _ in range(3):
         np.testing.assert_array_equal(plan.run(feeds)["y"], want)
     assert state.probe == ([], [])                     # REPROBE_FIRST runs on: timing both again
+    # after a decisive verdict (2x) the next probe is short; after a close one, full length again
+    assert state.probe_runs == plan_module.REPROBE_SHORT_RUNS
+    short = plan_module.REPROBE_SHORT_RUNS
+    for arm, seconds in [(0, 1e-3)] * short + [(1, 0.95e-3)] * short:
+        state.record(arm, seconds, plan.runs)
+    assert state.probe is None and not state.one_thread and state.probe_runs == probes
     single = compile(small_graph(), num_threads=1, jit="eager")
     single.run(feeds)
     assert next(iter(single._specs.values())).probe is None

@@ -61,6 +61,11 @@ class Counter:
 #: runs a specialization at several threads times at each thread count (a block at all cores, then one at one
 #: thread) before it settles
 PROBE_RUNS = 5
+#: ... or this many when the last probe was decisive (one arm at least ``DECISIVE`` times the other): the losing
+#: arm's runs are what a probe costs (MobileNetV2 b1 at 2 threads in tools/bench.py's pattern: 3 of its 36 timed
+#: runs were a reprobe's one-thread runs at 8.5-9.5 ms against 4.8-5.2), and a clear verdict needs fewer to hold
+REPROBE_SHORT_RUNS = 3
+DECISIVE = 1.3
 #: one thread is kept when its median run takes at most this fraction of the median at all cores
 PROBE_MARGIN = 0.9
 #: runs after which a settled specialization first times both again: what runs beside a plan changes (an
@@ -91,12 +96,13 @@ class SpecState:
     """A specialization as the plan runs it: its current runner (regenerated as kernels arrive) and arenas.
 
     A specialization at several threads times its runs at all cores and then at one thread (``PROBE_RUNS`` each,
-    once its kernels are compiled), keeps one thread when that is clearly faster (``PROBE_MARGIN``), and times
-    both again ``REPROBE_FIRST`` runs later, then at intervals that double while the count holds (up to
-    ``REPROBE_RUNS``) and start again when it changes. A loop's body runs many small serial steps that gain
-    nothing from a second thread, while a parallel step before the loop needs every CPU free: tools/models.rnn_loop at 2
-    threads (its projection batched before the loop by ``loopbatch``) took 0.79 ms alone but 2.0 run back to back
-    with an onnxruntime session whose idle threads spin, against 0.86 at one thread. And in this VM's slow spells
+    ``REPROBE_SHORT_RUNS`` after a decisive verdict, once its kernels are compiled), keeps one thread when that
+    is clearly faster (``PROBE_MARGIN``), and times both again ``REPROBE_FIRST`` runs later, then at intervals
+    that double while the count holds (up to ``REPROBE_RUNS``) and start again when it changes. A loop's body
+    runs many small serial steps that gain nothing from a second thread, while a parallel step before the loop
+    needs every CPU free: tools/models.rnn_loop at 2 threads (its projection batched before the loop by
+    ``loopbatch``) took 0.79 ms alone but 2.0 run back to back with an onnxruntime session whose idle threads
+    spin, against 0.86 at one thread. And in this VM's slow spells
     (a cache line one core wrote costs the other ~1.5x, for seconds to minutes) a small model's two parts lose
     more to what they exchange than the second core gives: the dynamic-batch CNN at batch 1 0.20 ms at 2 threads
     in the fast state, 0.35 in a spell, 0.30 at one thread in either."""
@@ -117,6 +123,8 @@ class SpecState:
         self.next_probe = REPROBE_RUNS if spec.probe_threads else 2**62
         #: runs from one settled probe to the next (None before the first settles)
         self.interval: int | None = None
+        #: runs per arm of the probe under way (``PROBE_RUNS``, or ``REPROBE_SHORT_RUNS`` after a clear verdict)
+        self.probe_runs = PROBE_RUNS
         #: the specialization bound at one thread that small plans' one-thread runs take (``ONE_SPEC_S``), and
         #: the job that binds it on the JIT thread
         self.one: SpecState | None = None
@@ -132,7 +140,7 @@ class SpecState:
             return None
         # NOTE: in blocks, all cores first: a one-thread run right after an all-cores run still has the pool's
         # workers spinning beside it (the medians drop that first run of each block)
-        if len(probe[0]) < PROBE_RUNS:
+        if len(probe[0]) < self.probe_runs:
             return 0
         job = self.one_job
         if job is not None and self.one is None:   # binding the one-thread arm's specialization
@@ -155,8 +163,10 @@ class SpecState:
         if probe is None:
             return
         probe[arm].append(seconds)
-        if min(len(probe[0]), len(probe[1])) >= PROBE_RUNS:
+        if min(len(probe[0]), len(probe[1])) >= self.probe_runs:
             all_cores, one = statistics.median(probe[0]), statistics.median(probe[1])
+            decisive = max(one, all_cores) >= DECISIVE * min(one, all_cores)
+            self.probe_runs = REPROBE_SHORT_RUNS if decisive else PROBE_RUNS
             one_thread = one <= PROBE_MARGIN * all_cores
             held = self.interval is not None and one_thread == self.one_thread
             self.interval = min(2 * self.interval, REPROBE_RUNS) if held else REPROBE_FIRST
