@@ -132,11 +132,12 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     fed timings below: the machine's own are noise); a small plan whose one-thread arm came within reach probes
     again at once on a specialization bound at one thread; one thread is kept where clearly faster, and said so
     in ``plan.stats()``; both are timed again (REPROBE_SHORT_RUNS each after a decisive verdict) REPROBE_FIRST
-    runs later, then at doubling intervals while the count holds (up to REPROBE_RUNS), from REPROBE_FIRST again
-    when it changes."""
+    runs later (REPROBE_ONE_FIRST after a verdict of one thread), then at doubling intervals while the count holds
+    (up to REPROBE_RUNS), from the first interval again when it changes."""
     from tlc.runtime import plan as plan_module
 
     monkeypatch.setattr(plan_module, "REPROBE_FIRST", 3)
+    monkeypatch.setattr(plan_module, "REPROBE_ONE_FIRST", 2)
     monkeypatch.setattr(plan_module, "REPROBE_RUNS", 8)
     plan = compile(small_graph(), num_threads=2, jit="eager")
     feeds = {"x": rng.standard_normal((2, 4), dtype=np.float32)}
@@ -162,18 +163,19 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     settle()
     assert state.one is not None and state.one.spec.options.threads == 1
     intervals = []
-    for fast in (1, 0, 0, 0, 1):   # the faster arm: one thread, all cores three times, one thread again
+    for fast in (1, 0, 0, 0, 1, 1):   # the faster arm: one thread, all cores three times, one thread twice
         state.reprobe()
         for arm, seconds in [(fast, 0.5e-3)] * probes + [(1 - fast, 1e-3)] * probes:
             state.record(arm, seconds, plan.runs)
         intervals.append(state.interval)
-    assert intervals[1:] == [3, 6, 8, 3]               # doubling while the count holds, up to REPROBE_RUNS
+    # doubling while the count holds, up to REPROBE_RUNS; from REPROBE_ONE_FIRST after a change to one thread
+    assert intervals[1:] == [3, 6, 8, 2, 4]
     assert state.probe is None and state.one_thread and state.governors is state.single
     assert state.settled is state.one                 # the runs take the specialization bound at one thread
     assert "runs at one thread (timed: 0.500 ms at one (bound at one thread), 1.000 at all)" in str(plan.stats())
-    for _ in range(3):
+    for _ in range(4):
         np.testing.assert_array_equal(plan.run(feeds)["y"], want)
-    assert state.probe == ([], [])                     # REPROBE_FIRST runs on: timing both again
+    assert state.probe == ([], [])                     # the interval's runs on: timing both again
     # after a decisive verdict (2x) the next probe is short; after a close one, full length again
     assert state.probe_runs == plan_module.REPROBE_SHORT_RUNS
     short = plan_module.REPROBE_SHORT_RUNS

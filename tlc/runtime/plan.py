@@ -74,6 +74,11 @@ PROBE_MARGIN = 0.9
 #: afterwards it stayed at one thread, 29 ms, where all cores take 17); each probe that keeps the count doubles the
 #: interval, up to ``REPROBE_RUNS``, and one that changes it starts again from here
 REPROBE_FIRST = 20
+#: ... or this many after a verdict of one thread: it is then the all-cores arm that a reprobe runs as its loser,
+#: which costs little, and such a verdict often comes from something that passes (GPT-2's block at batch 1 and 2
+#: threads, warmed up run for run with an onnxruntime session whose idle threads spin: 20 runs at one thread, 18
+#: ms, before the reprobe found 9.4 at all cores)
+REPROBE_ONE_FIRST = 5
 #: the longest interval (runs) between probes of a settled specialization (slow spells come and go)
 REPROBE_RUNS = 1000
 #: a specialization whose runs at all cores take less than this (s), and whose one-thread arm (a serial run of
@@ -97,7 +102,8 @@ class SpecState:
 
     A specialization at several threads times its runs at all cores and then at one thread (``PROBE_RUNS`` each,
     ``REPROBE_SHORT_RUNS`` after a decisive verdict, once its kernels are compiled), keeps one thread when that
-    is clearly faster (``PROBE_MARGIN``), and times both again ``REPROBE_FIRST`` runs later, then at intervals
+    is clearly faster (``PROBE_MARGIN``), and times both again ``REPROBE_FIRST`` runs later (``REPROBE_ONE_FIRST``
+    after a verdict of one thread), then at intervals
     that double while the count holds (up to ``REPROBE_RUNS``) and start again when it changes. A loop's body
     runs many small serial steps that gain nothing from a second thread, while a parallel step before the loop
     needs every CPU free: tools/models.rnn_loop at 2 threads (its projection batched before the loop by
@@ -169,7 +175,8 @@ class SpecState:
             self.probe_runs = REPROBE_SHORT_RUNS if decisive else PROBE_RUNS
             one_thread = one <= PROBE_MARGIN * all_cores
             held = self.interval is not None and one_thread == self.one_thread
-            self.interval = min(2 * self.interval, REPROBE_RUNS) if held else REPROBE_FIRST
+            first = REPROBE_ONE_FIRST if one_thread else REPROBE_FIRST
+            self.interval = min(2 * self.interval, REPROBE_RUNS) if held else first
             self.next_probe = runs + self.interval
             if self.one_job is None and ONE_SPEC_MIN_S <= all_cores < ONE_SPEC_S and one <= ONE_SPEC_REACH * all_cores:
                 self.want_one = True   # within reach: probe again at once, the one-thread arm bound at one
