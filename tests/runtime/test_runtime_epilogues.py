@@ -172,3 +172,54 @@ def test_eager_jit_compiles_the_in_place_variant_the_plan_runs(rng):
     want = np.tanh(np.concatenate([x, x], axis=1)) * 2 @ inits["w"]
     np.testing.assert_allclose(plan.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
     assert [v.alias for v in kernel._variants] == [(0,)]
+
+
+def chain_model(rng, batch: int, cin: int, cexp: int, size: int, stride: int, first: str, second: str,
+                extra_reader: bool = False):
+    """x -> 1x1 conv (+ bias) -> ``first`` -> 3x3 depthwise conv (+ bias) -> ``second`` -> y (+ the expanded
+    tensor read a second time where ``extra_reader``): MobileNetV2's expansion and depthwise convs. An epilogue
+    group needs an op after the conv (``none``: a conv alone, no group)."""
+    w1 = (rng.standard_normal((cexp, cin, 1, 1)) * 0.5).astype(np.float32)
+    wd = rng.standard_normal((cexp, 1, 3, 3)).astype(np.float32)
+    inits = {"w1": w1, "b1": rng.standard_normal(cexp).astype(np.float32), "wd": wd,
+             "bd": rng.standard_normal(cexp).astype(np.float32), "lo": np.float32(-0.5), "hi": np.float32(1.5)}
+    acts = {"relu": lambda i, o: helper.make_node("Relu", [i], [o]),
+            "clip": lambda i, o: helper.make_node("Clip", [i, "lo", "hi"], [o]),
+            "none": lambda i, o: helper.make_node("Identity", [i], [o])}
+    out = (size - 1) // stride + 1
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"]), acts[first]("e", "a"),
+             helper.make_node("Conv", ["a", "wd", "bd"], ["d"], group=cexp, pads=[1, 1, 1, 1],
+                              strides=[stride, stride]), acts[second]("d", "z" if extra_reader else "y")]
+    if extra_reader:   # the expanded tensor read elsewhere too: no chain
+        nodes += [helper.make_node("ReduceMean", ["a"], ["m"], axes=[2, 3], keepdims=1),
+                  helper.make_node("Add", ["z", "m"], ["y"])] if stride == 1 else []
+    feeds = {"x": rng.standard_normal((batch, cin, size, size)).astype(np.float32)}
+    return model(nodes, {"x": (batch, cin, size, size)}, (batch, cexp, out, out), inits), feeds
+
+
+# (batch, cin, cexp, size, stride, first, second): rows of 17 and 19 outputs (masked vectors), odd and even sizes
+CHAINS = [(1, 4, 24, 34, 2, "clip", "clip"), (2, 3, 16, 19, 1, "relu", "clip"), (1, 5, 8, 17, 1, "clip", "relu"),
+          (3, 4, 12, 20, 2, "relu", "relu")]
+
+
+@pytest.mark.parametrize("banded", [True, False])
+def test_expansion_and_depthwise_convs_run_as_one_chain_step(rng, monkeypatch, banded):
+    """A 1x1 conv's epilogue group that only the 3x3 depthwise conv's group reads becomes one ``chain`` step:
+    banded (``tlc.kernels.chain``, forced here by a 0-byte threshold and small bands) or the two groups in turn
+    (the expanded tensor below the threshold); both as onnxruntime computes. Read by anything else, no chain."""
+    from tlc.kernels import chain
+    from tlc.runtime import native
+
+    monkeypatch.setattr(native, "CHAIN_MIN_BYTES", 0 if banded else 1 << 60)
+    monkeypatch.setattr(chain, "SCRATCH_BYTES", 16 << 10)   # several bands a part, rows shared between them
+    for case in CHAINS:
+        onnx_model, feeds = chain_model(rng, *case)
+        plan = compare(onnx_model, feeds)
+        steps = [(st, plan.stats().steps[st.index]) for st in plan.program.steps if st.label == "tlc.Fused[chain]"]
+        assert len(steps) == 1, (case, [st.label for st in plan.program.steps])
+        (_, stat), = steps
+        assert stat.mode == "native"
+        assert ("in bands" in stat.notes[0]) == (banded and panel.fast()), (case, stat.notes)
+    onnx_model, feeds = chain_model(rng, 1, 4, 8, 12, 1, "relu", "relu", extra_reader=True)
+    plan = compare(onnx_model, feeds)
+    assert not any(st.label == "tlc.Fused[chain]" for st in plan.program.steps)

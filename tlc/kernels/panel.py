@@ -85,7 +85,7 @@ BIAS_NONE, BIAS_ROWS, BIAS_COLUMNS = 0, 1, 2
 #: ``bias_mode``'s bit for a clamp of the stored values to [lo, hi] (read from the ``clamp`` address)
 CLAMP = 4
 #: ``tlc_dw3x3``'s arguments (int64 each)
-DEPTHWISE_ARGS = 12
+DEPTHWISE_ARGS = 15
 #: ``tlc_dw3x3``'s ``flags`` bit for a 3x3 max pool instead of the convolution (no weights, bias or clamp)
 MAX_POOL = 8
 
@@ -413,10 +413,13 @@ def _clamped(b: ir.IRBuilder, v, bounds):
 
 
 class _DepthwiseEmitter:
-    """The IR of ``tlc_dw3x3(x, w, bias, out, planes, h, width, ho, wo, stride, flags, clamp)``: a 3x3
-    depthwise convolution with padding 1 and stride 1 or 2 over ``planes`` consecutive planes (input [h, width],
-    output [ho, wo], weights 9 per plane, a bias per plane where ``flags`` has bit 0, the outputs clamped to the
-    two float32 at ``clamp`` where it has the ``CLAMP`` bit). Vectors of 16 outputs along an output
+    """The IR of ``tlc_dw3x3(x, w, bias, out, planes, h, width, ho, wo, stride, flags, clamp, x_plane,
+    out_plane, top)``: a 3x3 depthwise convolution with padding 1 and stride 1 or 2 over ``planes`` planes
+    (input [h, width] every ``x_plane`` elements, output [ho, wo] every ``out_plane``, weights 9 per plane, a bias
+    per plane where ``flags`` has bit 0, the outputs clamped to the two float32 at ``clamp`` where it has the
+    ``CLAMP`` bit). ``top`` (0 or 1): rows of input above row 0 that are real, not padding - a band of a plane
+    whose rows above were computed into scratch (``tlc.kernels.conv``'s expansion-depthwise chain); a band's last
+    rows are cut by ``h`` as a plane's are. Vectors of 16 outputs along an output
     row: per vector nine masked loads of the input (the masks drop the padding's columns and the lanes past the
     row; at stride 2 a row's three taps are the even lanes, the odd lanes and the even lanes a column on of two
     vectors and the first lane of a third) and nine fused multiply-adds with the
@@ -437,7 +440,9 @@ class _DepthwiseEmitter:
         self.fma, self.load, self.store, self.prefetch = loops.fma, loops.load, loops.store, loops.prefetch
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         b = self.b
-        xp, wp, bp, op, planes, self.h, self.width, self.ho, self.wo, stride, flags, clamp = self.fn.args
+        xp, wp, bp, op, planes, self.h, self.width, self.ho, self.wo, stride, flags, clamp, self.x_plane, \
+            self.out_plane, top = self.fn.args
+        self.first_row = b.sub(_const(0), top)   # the first input row that is not padding
         fp = _f32.as_pointer()
         self.xp, self.wp, self.bp, self.op = (b.inttoptr(v, fp) for v in (xp, wp, bp, op))
         self.has_bias = b.icmp_signed("!=", b.and_(flags, _const(1)), _const(0))
@@ -453,7 +458,7 @@ class _DepthwiseEmitter:
         hw = b.mul(self.ho, self.wo)
         narrow = b.and_(b.icmp_signed("<=", self.wo, _const(LANES // 2)), b.icmp_signed("<=", hw, _const(FLAT_MAX)))
         flat = b.and_(b.and_(b.icmp_signed("==", stride, _const(1)), b.icmp_signed("==", self.wo, self.width)), narrow)
-        flat = b.and_(flat, b.not_(pool))
+        flat = b.and_(b.and_(flat, b.not_(pool)), b.icmp_signed("==", top, _const(0)))
         self.masks = b.alloca(ir.IntType(16), FLAT_MAX // LANES * 10)   # per vector: nine taps' masks, the store's
         with b.if_else(flat) as (small, rows):
             with small:
@@ -526,8 +531,8 @@ class _DepthwiseEmitter:
         """Plane ``q``'s nine weights and bias as splatted vectors (none for a max pool), its input and output
         planes."""
         b = self.b
-        self.x = b.gep(self.xp, [b.mul(q, b.mul(self.h, self.width))])
-        self.out = b.gep(self.op, [b.mul(q, b.mul(self.ho, self.wo))])
+        self.x = b.gep(self.xp, [b.mul(q, self.x_plane)])
+        self.out = b.gep(self.op, [b.mul(q, self.out_plane)])
         if reduce == "max":
             return
         w = b.gep(self.wp, [b.mul(q, _const(9))])
@@ -547,7 +552,7 @@ class _DepthwiseEmitter:
         self.plane_setup(q, reduce)
         chunks = b.sdiv(b.add(self.wo, _const(LANES - 1)), _const(LANES))
         if fetch:
-            following = b.gep(self.xp, [b.mul(b.add(q, _const(1)), b.mul(self.h, self.width))])
+            following = b.gep(self.xp, [b.mul(b.add(q, _const(1)), self.x_plane)])
             self.chunk(_const(0), stride, reduce, following)
         _Emitter.loop(self, _const(1 if fetch else 0), chunks, lambda c: self.chunk(c, stride, reduce),
                       "jf" if fetch else "j")
@@ -605,7 +610,7 @@ class _DepthwiseEmitter:
         fill = self.neg_inf if pool else self.zero
         for ki in range(3):
             ih = b.add(b.mul(oh, _const(stride)), _const(ki - 1))
-            inside = b.and_(b.icmp_signed(">=", ih, _const(0)), b.icmp_signed("<", ih, self.h))
+            inside = b.and_(b.icmp_signed(">=", ih, self.first_row), b.icmp_signed("<", ih, self.h))
             before = b.block
             with b.if_then(inside):
                 row = b.gep(self.x, [b.mul(ih, self.width)])
@@ -681,7 +686,7 @@ def _nothing(b, a, c, rows, k, n, lda, ldc, ldb, step, a_k, c_j, bias, bias_mode
     return   # the stub's body: never called, ``fast()`` being False
 
 
-def _nothing_dw(x, w, bias, out, planes, h, width, ho, wo, stride, flags, clamp):
+def _nothing_dw(x, w, bias, out, planes, h, width, ho, wo, stride, flags, clamp, x_plane, out_plane, top):
     return
 
 
@@ -753,7 +758,19 @@ def depthwise_3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo,
     the two float32 at ``clamp_addr`` where that is not 0."""
     if planes > 0:
         flags = (1 if has_bias else 0) | (CLAMP if clamp_addr != 0 else 0)
-        _dw3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, flags, clamp_addr)
+        _dw3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, flags, clamp_addr,
+               h * width, ho * wo, 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def depthwise_3x3_band(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, clamp_addr,
+                       x_plane, out_plane, top):
+    """``depthwise_3x3`` (with a bias) on planes ``x_plane`` and ``out_plane`` elements apart, ``top`` real
+    input rows above row 0 (a band of rows: ``_DepthwiseEmitter``)."""
+    if planes > 0:
+        flags = 1 | (CLAMP if clamp_addr != 0 else 0)
+        _dw3x3(x_addr, w_addr, bias_addr, out_addr, planes, h, width, ho, wo, stride, flags, clamp_addr,
+               x_plane, out_plane, top)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -762,4 +779,4 @@ def max_pool_3x3(x_addr, out_addr, planes, h, width, ho, wo, stride):
     ``tlc_dw3x3``'s loops (``MAX_POOL``): input planes [h, width], output planes [ho, wo]; windows past the input
     (an end pad, ``ceil_mode``) take only what lies inside it."""
     if planes > 0:
-        _dw3x3(x_addr, 0, 0, out_addr, planes, h, width, ho, wo, stride, MAX_POOL, 0)
+        _dw3x3(x_addr, 0, 0, out_addr, planes, h, width, ho, wo, stride, MAX_POOL, 0, h * width, ho * wo, 0)

@@ -11,6 +11,12 @@ Three kinds of group, found in this order (a node joins at most one group):
    full shape F or the row shape F[:-1] + (1,). Softmax, layer norm, mean/variance.
 3. ``elementwise``: connected regions of elementwise ops whose outputs all have one shape (inputs broadcast).
 
+Then, where the target runs them (``chain``), an epilogue group of a 1x1 conv (stride 1, no padding, one group)
+whose only reader is the epilogue group of a 3x3 depthwise conv (padding 1, stride 1 or 2), each epilogue no
+more than a constant per-channel bias and a Relu or a Clip of constant bounds, become one ``chain`` group holding
+the two: MobileNetV2's expansion and depthwise convs, which the runtime computes in bands of rows
+(``tlc.kernels.chain``) so that the expanded tensor never goes to memory whole.
+
 The pass asks op traits, never op names, and the target (``PassOptions.target``) which kinds of group it runs
 and which dtypes its kernels compute in: values of other dtypes (integers, float16) stay outside groups, bool
 only inside them or as their outputs (masks). A group is legal only when it is convex (no path leaves the group and
@@ -24,7 +30,7 @@ from collections.abc import Iterable
 
 from ..ir.graph import TLC_DOMAIN, Graph, Node, Value
 from ..ir.types import Shape
-from ..ops import Trait, lookup
+from ..ops import Trait, lookup, opdef_of
 from ..targets import Target
 from .base import Pass, PassResult, register_pass
 
@@ -145,6 +151,12 @@ class FusePass(Pass):
             self._outline(graph, part, kind, members)
             result.count(f"groups_{kind}")
             result.count("nodes_fused", len(members))
+        if target.fuses("chain"):
+            for node in list(graph.ops()):
+                second = _chain_partner(graph, node) if node.id in graph else None
+                if second is not None:
+                    self._outline(graph, None, "chain", [node.id, second.id])
+                    result.count("groups_chain")
         return result
 
     # ---------------------------------------------------------------- finding groups
@@ -214,7 +226,7 @@ class FusePass(Pass):
         return False
 
     # ---------------------------------------------------------------- outlining
-    def _outline(self, graph: Graph, part: _Partition, kind: str, members: list[int]) -> None:
+    def _outline(self, graph: Graph, part: _Partition | None, kind: str, members: list[int]) -> None:
         member_set = set(members)
         nodes = [graph.node(m) for m in members]
         body = Graph(graph.fresh_name("fused_body"), opset=dict(graph.opset))
@@ -266,3 +278,75 @@ class FusePass(Pass):
         graph.erase_if_dead([v.node for v in absorbed], cascade=False)
         for new, name in zip(fused, names):
             graph.rename_value(new, name)
+
+
+# -------------------------------------------------------------------- chains
+def _epilogue_conv(graph: Graph, node: Node) -> tuple[Node, Graph, dict] | None:
+    """(the conv, the body, its attributes) of an epilogue group of a float32 2-D Conv whose epilogue is no more
+    than a constant per-channel bias added and a Relu or a Clip of constant bounds; else None."""
+    if node.domain != TLC_DOMAIN or node.op != "Fused" or node.attrs.get("kind") != "epilogue" \
+            or len(node.outputs) != 1:
+        return None
+    body: Graph = node.attrs["body"]
+    ops = body.ops()
+    head = ops[0] if ops else None
+    if head is None or head.domain != "" or head.op != "Conv":
+        return None
+    out = body.type_of(head.outputs[0])
+    if out is None or out.dtype != "float32" or len(out.shape) != 4:
+        return None
+    rest = ops[1:]
+    if rest and rest[0].op == "Add":   # the bias: an input of the group that is a constant of the outer graph
+        a, b = body.inputs_of(rest[0])
+        other = b if a == head.outputs[0] else a
+        src = body.node(other.node)
+        if src.op != "Input":
+            return None
+        port = [n.id for n in body.inputs].index(src.id)
+        if graph.const_value(graph.inputs_of(node)[port]) is None:
+            return None
+        rest = rest[1:]
+    if len(rest) > 1 or rest and rest[0].op not in ("Relu", "Clip"):
+        return None
+    if rest and rest[0].op == "Clip" and any(v is not None and body.const_value(v) is None
+                                             for v in body.inputs_of(rest[0])[1:]):
+        return None
+    if any(n.domain != "" for n in rest):
+        return None
+    attrs = opdef_of(head).resolved_attrs(head)
+    if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "") or any(d != 1 for d in attrs.get("dilations") or [1]):
+        return None
+    return head, body, attrs
+
+
+def _chain_partner(graph: Graph, node: Node) -> Node | None:
+    """The depthwise conv's epilogue group that ``node``, a 1x1 conv's, feeds alone (see the module docstring)."""
+    first = _epilogue_conv(graph, node)
+    if first is None:
+        return None
+    head, body, attrs = first
+    w = body.type_of(body.inputs_of(head)[1])
+    if w is None or tuple(w.shape[2:]) != (1, 1) or attrs.get("group", 1) != 1 \
+            or any(s != 1 for s in attrs.get("strides") or [1]) or any(p != 0 for p in attrs.get("pads") or [0]):
+        return None
+    value = node.outputs[0]
+    users = graph.users(value)
+    if graph.is_output(value) or len(users) != 1:
+        return None
+    user, port = users[0]
+    if any(v is not None and v != value and (graph.const_value(v) is not None and graph.const_value(v).size == 1)
+           for n in (node, user) for v in graph.inputs_of(n)):
+        return None   # (outlined, a scalar constant would move into the chain's body, out of the groups' reach)
+    second = _epilogue_conv(graph, user)
+    if second is None:
+        return None
+    head2, body2, attrs2 = second
+    x2 = body2.inputs_of(head2)[0]
+    w2 = body2.type_of(body2.inputs_of(head2)[1])
+    channels = w.shape[0]
+    strides = tuple(attrs2.get("strides") or [1, 1])
+    if body2.node(x2.node).id != body2.inputs[port].id or w2 is None or tuple(w2.shape) != (channels, 1, 3, 3) \
+            or attrs2.get("group", 1) != channels or strides not in ((1, 1), (2, 2)) \
+            or list(attrs2.get("pads") or [0] * 4) != [1, 1, 1, 1]:
+        return None
+    return user

@@ -34,6 +34,7 @@ from ..kernels import (
     panel,
     split_epilogue,
 )
+from ..kernels import chain as kchain
 from ..kernels import conv as kconv
 from ..kernels.common import Contraction
 from ..kernels.epilogue import EpilogueKernel
@@ -436,10 +437,9 @@ class EpilogueImpl(StepImpl):
         return Bound(fallback_calls(ctx), mode="native", note=f"{conv.note} + epilogue kernel",
                      workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls), blas=True)
 
-    def _absorbed(self, ctx: BindContext, sub: BindContext, elementwise: Graph, ew_types: list) -> Bound | None:
-        """The group as one conv whose kernel adds the bias and clamps as it stores, where the epilogue is no more
-        than that (``clamp_epilogue``) and the cost model picks a kernel that clamps (``kconv.clamps``); else
-        None."""
+    def bias_and_clamp(self, ctx: BindContext, elementwise: Graph, ew_types: list) -> tuple | None:
+        """(the constant per-channel bias as float32, or None; the clamp's bounds, or None) where the group is a
+        float32 2-D conv whose epilogue is no more than those (``clamp_epilogue``); else None."""
         if len(ctx.outputs) != 1 or ew_types[0].dtype != "float32" or len(ew_types[0].shape) != 4:
             return None
         found = clamp_epilogue(elementwise, ew_types[0].shape[1])
@@ -452,6 +452,16 @@ class EpilogueImpl(StepImpl):
             if value is None:
                 return None
             bias = np.ascontiguousarray(np.asarray(value, np.float32).reshape(-1))
+        return bias, bounds
+
+    def _absorbed(self, ctx: BindContext, sub: BindContext, elementwise: Graph, ew_types: list) -> Bound | None:
+        """The group as one conv whose kernel adds the bias and clamps as it stores, where the epilogue is no more
+        than that (``clamp_epilogue``) and the cost model picks a kernel that clamps (``kconv.clamps``); else
+        None."""
+        found = self.bias_and_clamp(ctx, elementwise, ew_types)
+        if found is None:
+            return None
+        bias, bounds = found
         try:
             setup = ConvSetup(sub, self.head_attrs, with_bias=False, bias=bias, clamp=bounds)
         except NotNative:   # among them: no kernel that clamps as it stores (refused before the weights are packed)
@@ -587,6 +597,163 @@ def contraction_context(ctx: BindContext, sources: list) -> BindContext:
                 known[-1 - k] = s[1]
     return BindContext(ctx.node, ctx.attrs, tuple(inputs), ctx.outputs, types, list(ctx.out_types), known,
                        ctx.strides, ctx.options, ctx.run_node)
+
+
+# ---------------------------------------------------------------------------- chains
+#: the value id under which a chain's two groups see the expanded tensor between them (never a plan's value:
+#: their calls' references to it are turned into the chain's scratch)
+_BETWEEN = -(1 << 40)
+#: an expanded tensor (all images) of at least this many bytes goes through the banded kernel; a smaller one
+#: stays in L2/L3 between the two convs, where the bands only add calls
+CHAIN_MIN_BYTES = 16 << 20
+
+
+class ChainImpl(StepImpl):
+    """A ``chain`` group (``tlc.passes.fuse``): a 1x1 expansion conv's epilogue group and the 3x3 depthwise conv's
+    group it feeds. Both absorbable (a constant bias and a clamp at most, float32, the panel kernels fast) and the
+    expanded tensor large: ``tlc.kernels.chain``'s bands; else the two groups' own steps one after the other,
+    the expanded tensor in the step's scratch."""
+
+    mode = "native"
+    reason = "expansion and depthwise convs in bands of rows"
+
+    def __init__(self, body: Graph):
+        ops = body.ops()
+        if len(ops) != 2 or any(n.op != "Fused" or n.attrs.get("kind") != "epilogue" for n in ops):
+            raise NotNative("a chain holds two epilogue groups")
+        self.nodes = ops
+        self.groups = [EpilogueImpl(n.attrs["body"]) for n in ops]
+        index = {n.id: i for i, n in enumerate(body.inputs)}
+        # per group, per input port: ("in", chain port) or ("between",): the expanded tensor
+        self.sources = []
+        for node in ops:
+            sources = []
+            for v in body.inputs_of(node):
+                if v is None:
+                    sources.append(None)
+                elif v.node == ops[0].id:
+                    sources.append(("between",))
+                elif v.node in index:
+                    sources.append(("in", index[v.node]))
+                else:   # (the fuse pass chains no group with a scalar constant input: the body would hold it)
+                    raise NotNative("a chain's group reads a constant of the chain's body")
+            self.sources.append(sources)
+
+    def _context(self, ctx: BindContext, g: int, between: TensorType | None) -> BindContext:
+        inputs, types = [], []
+        for k, s in enumerate(self.sources[g]):
+            if s is None:
+                inputs.append(-2 - k)
+                types.append(None)
+            elif s[0] == "in":
+                inputs.append(ctx.inputs[s[1]])
+                types.append(ctx.in_types[s[1]])
+            else:
+                inputs.append(_BETWEEN)
+                types.append(between)
+        outputs, out_types = ((_BETWEEN,), [between]) if g == 0 else (ctx.outputs, list(ctx.out_types))
+        node = self.nodes[g]
+        return BindContext(node, opdef_of(node).resolved_attrs(node), tuple(inputs), outputs, types, out_types,
+                           ctx.known, ctx.strides, ctx.options, ctx.run_node)
+
+    def bind(self, ctx: BindContext) -> Bound:
+        ctx.in_shapes()
+        if not ctx.options.jit_enabled:
+            return Bound(fallback_calls(ctx), mode="reference", note="jit='off'")
+        first = self._context(ctx, 0, None)
+        ew1, ew_types1 = self.groups[0].typed_epilogue(first)
+        between = ew_types1[0]
+        first.out_types[0] = between
+        second = self._context(ctx, 1, between)
+        banded = self._banded(ctx, (first, second), (ew1, ew_types1), between)
+        if banded is not None:
+            return banded
+        return self._in_turn(ctx, (first, second), between)
+
+    def _banded(self, ctx: BindContext, contexts, typed, between: TensorType) -> Bound | None:
+        """The chain in bands (``tlc.kernels.chain``), where it applies; else None."""
+        first, second = contexts
+        if self.sources[0][0] is None or self.sources[0][0][0] != "in":
+            return None
+        x_shape = tuple(first.in_types[0].shape) if first.in_types[0] is not None else ()
+        if len(x_shape) != 4 or between.dtype != "float32" or not panel.fast() or not first.contiguous(0) \
+                or np.prod(between.shape) * 4 < CHAIN_MIN_BYTES:
+            return None
+        parts = []
+        for g, c in enumerate(contexts):
+            ew, ew_types = typed if g == 0 else self.groups[1].typed_epilogue(c)
+            found = self.groups[g].bias_and_clamp(c, ew, ew_types)
+            sub = contraction_context(c, self.groups[g].c_sources)
+            weights = sub.const(1)
+            if found is None or weights is None or np.asarray(weights).dtype != np.float32:
+                return None
+            parts.append((np.asarray(weights), *found))
+        (w1, b1, bounds1), (wd, bd, bounds2) = parts
+        n, cexp, h, width = between.shape
+        out = tuple(ctx.out_types[0].shape)
+        stride = int((self.groups[1].head_attrs.get("strides") or [1, 1])[0])
+        if out != (n, cexp, (h - 1) // stride + 1, (width - 1) // stride + 1) or width <= panel.LANES // 2:
+            return None
+
+        def vector(v, size):
+            return np.zeros(size, np.float32) if v is None else np.ascontiguousarray(v, np.float32).reshape(-1)
+
+        def bounds(v):
+            return np.zeros(0, np.float32) if v is None else np.asarray(v, np.float32)
+
+        band = kchain.band_rows(cexp, width, stride, out[2])
+        nparts = kchain.parts(n * -(-out[2] // band), ctx.threads)
+        args = (np.ascontiguousarray(w1.reshape(cexp, -1)), vector(b1, cexp), bounds(bounds1),
+                np.ascontiguousarray(wd.reshape(cexp, 9)), vector(bd, cexp), bounds(bounds2))
+        scratch = [((nparts * kchain.scratch_elements(cexp, width, stride, band),), np.dtype(np.float32))]
+        native = [Call(kchain.chain_run, (V(ctx.inputs[self.sources[0][0][1]]), *args, V(ctx.outputs[0]), W(0),
+                                          band, stride, nparts))]
+
+        def build(alias):
+            kchain.compile_for(nparts)
+            return "chain"
+
+        return Bound(fallback_calls(ctx), mode="native", workspace=scratch, blas=False,
+                     note=f"Conv 1x1 -> depthwise 3x3 in bands of {band} output rows, {nparts} part(s)",
+                     request=KernelRequest("conv chain", build, lambda kernel, alias: native))
+
+    def _in_turn(self, ctx: BindContext, contexts, between: TensorType) -> Bound:
+        """The two groups' own steps one after the other, the expanded tensor in the step's scratch."""
+        work = [(tuple(between.shape), np_dtype(between.dtype))]
+        bounds = [impl.bind(c) for impl, c in zip(self.groups, contexts)]
+        offsets = [1, 1 + len(bounds[0].workspace)]
+        for b in bounds:
+            work += list(b.workspace)
+
+        def remap(calls: list[Call], g: int) -> list[Call]:
+            def ref(a):
+                if not isinstance(a, Ref):
+                    return a
+                if a.index == _BETWEEN and a.kind in ("v", "f"):
+                    return W(0) if a.kind == "v" else FW(0)
+                if a.kind in ("w", "fw"):
+                    return Ref(a.kind, a.index + offsets[g])
+                return a
+            return [c._replace(args=tuple(ref(a) for a in c.args),
+                               kwargs=None if c.kwargs is None else {k: ref(v) for k, v in c.kwargs.items()})
+                    for c in calls]
+
+        if any(b.request is None and b.mode != "native" for b in bounds) or any(c.result for b in bounds
+                                                                                  for c in b.calls):
+            raise NotNative("a group of the chain runs no native step")
+
+        def build(alias):
+            return [b.request.build(None) if b.request is not None else None for b in bounds]
+
+        def calls(kernels, alias):
+            out = []
+            for g, (b, k) in enumerate(zip(bounds, kernels)):
+                out += remap(b.request.calls(k, None) if b.request is not None else b.calls, g)
+            return out
+
+        return Bound(fallback_calls(ctx), mode="native", workspace=work, blas=any(b.blas for b in bounds),
+                     note=f"{bounds[0].note}; then {bounds[1].note}",
+                     request=KernelRequest("conv chain", build, calls))
 
 
 # ---------------------------------------------------------------------------- convolution

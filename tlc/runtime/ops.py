@@ -37,6 +37,8 @@ def _single_output(make: Callable[[dict[str, Any]], StepImpl]) -> Factory:
 def _fused(attrs: dict[str, Any], node: Node, options: CompileOptions) -> StepImpl:
     if attrs["kind"] == "epilogue":
         return native.EpilogueImpl(attrs["body"])
+    if attrs["kind"] == "chain":
+        return native.ChainImpl(attrs["body"])
     return native.FusedImpl(attrs["body"], attrs["kind"])
 
 
