@@ -59,8 +59,11 @@ def chain_units(x, w1, b1, clamp1, wd, bd, clamp2, out, scratch, band, stride, u
             shift, keep = (a - prev_a) * width, (prev_e - a) * width
             for c in range(cexp):
                 base = c * plane
-                for i in range(keep):
-                    scratch[base + i] = scratch[base + shift + i]
+                if shift >= keep:   # apart: one vector copy
+                    scratch[base:base + keep] = scratch[base + shift:base + shift + keep]
+                else:
+                    for i in range(keep):
+                        scratch[base + i] = scratch[base + shift + i]
             c0 = prev_e
         if e > c0:
             panel_strided(x.ctypes.data + (n * cin * h * width + c0 * width) * 4, h * width, PANEL,
