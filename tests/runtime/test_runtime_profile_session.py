@@ -131,7 +131,8 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     """A specialization at several threads times PROBE_RUNS runs at all cores and at one thread (``plan.SpecState``;
     fed timings below: the machine's own are noise); a small plan whose one-thread arm came within reach probes
     again at once on a specialization bound at one thread; one thread is kept where clearly faster, and said so
-    in ``plan.stats()``; both are timed again (REPROBE_SHORT_RUNS each after a decisive verdict) REPROBE_FIRST
+    in ``plan.stats()``; both are timed again (REPROBE_SHORT_RUNS each after a decisive verdict; the one-thread arm
+    stops after EARLY_RUNS where they are DECISIVE apart) REPROBE_FIRST
     runs later (REPROBE_ONE_FIRST after a verdict of one thread), then at doubling intervals while the count holds
     (up to REPROBE_RUNS), from the first interval again when it changes."""
     from tlc.runtime import plan as plan_module
@@ -182,6 +183,19 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     for arm, seconds in [(0, 1e-3)] * short + [(1, 0.95e-3)] * short:
         state.record(arm, seconds, plan.runs)
     assert state.probe is None and not state.one_thread and state.probe_runs == probes
+    # the one-thread arm stops after EARLY_RUNS runs where each is DECISIVE apart from the all-cores median
+    early = plan_module.EARLY_RUNS
+    state.reprobe()
+    for arm, seconds in [(0, 1e-3)] * probes + [(1, 1.1e-3)] * early:
+        state.record(arm, seconds, plan.runs)
+    assert state.probe is not None                     # close: the arm runs on
+    for _ in range(probes - early):
+        state.record(1, 2e-3, plan.runs)
+    assert state.probe is None and not state.one_thread
+    state.reprobe()
+    for arm, seconds in [(0, 1e-3)] * state.probe_runs + [(1, 2e-3)] * early:
+        state.record(arm, seconds, plan.runs)
+    assert state.probe is None and not state.one_thread
     single = compile(small_graph(), num_threads=1, jit="eager")
     single.run(feeds)
     assert next(iter(single._specs.values())).probe is None

@@ -102,8 +102,6 @@ def compile_for(nparts: int) -> None:
     clamp = np.zeros(2, f32)
     chain_run(x, np.zeros((1, 1), f32), np.zeros(1, f32), clamp, np.zeros((1, 9), f32), np.zeros(1, f32), clamp,
               out, np.zeros(nparts * scratch_elements(1, 4, 1, 4), f32), 4, 1, nparts)
-    chain_run(x, np.zeros((1, 1), f32), np.zeros(1, f32), clamp[:0], np.zeros((1, 9), f32), np.zeros(1, f32),
-              clamp[:0], out, np.zeros(nparts * scratch_elements(1, 4, 1, 4), f32), 4, 1, nparts)
 
 
 def parts(units: int, threads: int) -> int:

@@ -66,6 +66,10 @@ PROBE_RUNS = 5
 #: runs were a reprobe's one-thread runs at 8.5-9.5 ms against 4.8-5.2), and a clear verdict needs fewer to hold
 REPROBE_SHORT_RUNS = 3
 DECISIVE = 1.3
+#: ... and a probe settles after this many runs of the one-thread arm where each of them is ``DECISIVE`` apart
+#: from the all-cores median: a big model's one-thread runs are what its probes cost (the light ResNet-50 at 2
+#: threads in tools/bench.py's pattern: five of its 36 timed runs at one thread, 73 ms among 38-48)
+EARLY_RUNS = 2
 #: one thread is kept when its median run takes at most this fraction of the median at all cores
 PROBE_MARGIN = 0.9
 #: runs after which a settled specialization first times both again: what runs beside a plan changes (an
@@ -169,7 +173,7 @@ class SpecState:
         if probe is None:
             return
         probe[arm].append(seconds)
-        if min(len(probe[0]), len(probe[1])) >= self.probe_runs:
+        if len(probe[0]) >= self.probe_runs and (len(probe[1]) >= self.probe_runs or self._decided_early(probe)):
             all_cores, one = statistics.median(probe[0]), statistics.median(probe[1])
             decisive = max(one, all_cores) >= DECISIVE * min(one, all_cores)
             self.probe_runs = REPROBE_SHORT_RUNS if decisive else PROBE_RUNS
@@ -188,6 +192,16 @@ class SpecState:
                                       f"(timed: {one * 1e3:.3f} ms at one{bound}, {all_cores * 1e3:.3f} at all)")
             self.settled = self.one if self.one_thread and self.one is not None else self
             self.probe = None
+
+    @staticmethod
+    def _decided_early(probe: tuple[list[float], list[float]]) -> bool:
+        """Whether the one-thread arm's first ``EARLY_RUNS`` runs already tell the arms apart: every one of them
+        at least ``DECISIVE`` times the all-cores median, or every one under it by that factor."""
+        one = probe[1]
+        if len(one) < EARLY_RUNS:
+            return False
+        all_cores = statistics.median(probe[0])
+        return min(one) >= DECISIVE * all_cores or max(one) * DECISIVE <= all_cores
 
     def reprobe(self) -> None:
         """Time both thread counts again (``Plan.run`` calls it at ``next_probe`` runs; ``record`` sets the next)."""
