@@ -223,3 +223,34 @@ def test_expansion_and_depthwise_convs_run_as_one_chain_step(rng, monkeypatch, b
     onnx_model, feeds = chain_model(rng, 1, 4, 8, 12, 1, "relu", "relu", extra_reader=True)
     plan = compare(onnx_model, feeds)
     assert not any(st.label == "tlc.Fused[chain]" for st in plan.program.steps)
+
+
+@pytest.mark.parametrize("act", [None, "Relu"])
+def test_a_residual_add_is_taken_by_the_conv_as_it_stores(rng, act):
+    """A 1x1 conv's epilogue that adds a residual (then maybe a Relu) runs as one PANEL conv that adds its product
+    to the residual's values: in place where the residual dies there (MobileNetV2's projections), copied into the
+    output first where it does not (a feed) or where the conv's own input could take the output's slot (as many
+    channels in as out); as onnxruntime computes."""
+    n, c, h, w = 2, 8, 20, 13
+    for feed, mid in ((False, 12), (True, 12), (False, c)):
+        inits = {k: (rng.standard_normal(s) * 0.3).astype(np.float32) for k, s in
+                 {"w0": (c, 4, 1, 1), "b0": (c,), "wa": (mid, c, 1, 1), "wb": (c, mid, 1, 1), "bb": (c,),
+                  "wc": (3, c, 1, 1)}.items()}
+        nodes = [] if feed else [helper.make_node("Conv", ["x", "w0", "b0"], ["r0"]),
+                                 helper.make_node("Relu", ["r0"], ["r"])]
+        nodes += [helper.make_node("Conv", ["r", "wa"], ["a0"]), helper.make_node("Relu", ["a0"], ["a"]),
+                  helper.make_node("Conv", ["a", "wb", "bb"], ["cb"]),
+                  helper.make_node("Add", ["cb", "r"], ["s" if act else "z"])]
+        if act:
+            nodes.append(helper.make_node(act, ["s"], ["z"]))
+        nodes.append(helper.make_node("Conv", ["z", "wc"], ["y"]))   # the residual's sum is no graph output
+        inputs = {"r": (n, c, h, w)} if feed else {"x": (n, 4, h, w)}
+        feeds = {k: rng.standard_normal(s).astype(np.float32) for k, s in inputs.items()}
+        plan = compare(model(nodes, inputs, (n, 3, h, w), inits), feeds)
+        notes = [st.notes[0] for st in plan.stats().steps if st.notes and "the residual" in st.notes[0]]
+        if not panel.fast():   # (no PANEL kernel: the epilogue runs after the conv, as before)
+            assert not notes
+            continue
+        assert len(notes) == 1, [st.notes for st in plan.stats().steps]
+        (state,) = plan._specs.values()
+        assert bool(state.spec.memory.inplace) == (not feed and mid != c)

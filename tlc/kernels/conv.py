@@ -78,7 +78,10 @@ WT = 24
 #: (ViT's 16x16 stride-16 patches, 3 -> 192 at 224x224, one core: the gather 60 -> 28 us of a 306 us conv)
 RUNS = 25
 RUNS_MIN_KW = 8
-GEO_SIZE = 26
+#: 1 where the output holds a residual when the conv starts and the PANEL kernel adds its product to it
+#: (``set_accumulate``: a residual Add taken in place)
+ACCUMULATE = 26
+GEO_SIZE = 27
 GEMM, DIRECT, DEPTHWISE, WINOGRAD, PANEL = 0, 1, 2, 3, 4
 ALGO_NAMES = ("gemm", "direct", "depthwise", "winograd", "panel")
 IMAGES, ROWS, TILES = 0, 1, 2  # GEMM modes: parts of whole images / of one batch's output rows / of column tiles
@@ -236,6 +239,17 @@ def set_clamp(geo: np.ndarray, lo: float, hi: float) -> None:
     """Clamp the conv's output to [lo, hi] as it is stored (where the algorithm does: ``clamps``)."""
     geo[CLAMP] = 1
     geo[CLAMP_BOUNDS:CLAMP_BOUNDS + 1].view(np.float32)[:] = (lo, hi)
+
+
+def set_accumulate(geo: np.ndarray) -> None:
+    """Add the conv's result to what the output holds when it starts (``accumulates``): a residual Add."""
+    geo[ACCUMULATE] = 1
+
+
+def accumulates(geo: np.ndarray) -> bool:
+    """Whether the chosen algorithm can add its result to the output's values (``set_accumulate``): PANEL with
+    the output positions in the kernel's lanes (rows of C contiguous), not on stride phases."""
+    return bool(geo[ALGO] == PANEL and geo[KIND] == LANES_POSITIONS)
 
 
 def clamps(geo: np.ndarray) -> bool:
@@ -1911,6 +1925,8 @@ def part_panel(x, w, bias, geo, acc, col, p, nparts):
     clamp = _clamp_at(geo)
     if clamp:
         mode |= panel.CLAMP
+    if geo[ACCUMULATE] and not channels:
+        mode |= panel.ACCUMULATE
     if geo[MODE] == TILES:   # positions [i0, i1) of each image: whole tiles of rows, or whole panels
         step = panel.TILE if channels else panel.PANEL
         tiles = (hw + step - 1) // step

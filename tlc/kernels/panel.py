@@ -84,6 +84,9 @@ ARGS = 16
 BIAS_NONE, BIAS_ROWS, BIAS_COLUMNS = 0, 1, 2
 #: ``bias_mode``'s bit for a clamp of the stored values to [lo, hi] (read from the ``clamp`` address)
 CLAMP = 4
+#: ``bias_mode``'s bit for C's values before the call added to the product (C's rows contiguous, ``c_j`` 1 only):
+#: a conv's residual Add, the output written where the residual was (``tlc.kernels.conv.set_accumulate``)
+ACCUMULATE = 16
 #: ``tlc_dw3x3``'s arguments (int64 each)
 DEPTHWISE_ARGS = 15
 #: ``tlc_dw3x3``'s ``flags`` bit for a 3x3 max pool instead of the convolution (no weights, bias or clamp)
@@ -132,6 +135,7 @@ class _Emitter:
         self.row_bias = b.icmp_signed("==", which, _const(BIAS_ROWS))
         self.column_bias = b.icmp_signed("==", which, _const(BIAS_COLUMNS))
         self.clamp_bounds = _clamp_bounds(b, bias_mode, clamp)
+        self.accumulate = b.icmp_signed("!=", b.and_(bias_mode, _const(ACCUMULATE)), _const(0))
         self.rows, self.k, self.n, self.lda, self.ldc = rows, k, n, lda, ldc
         self.ldb, self.step, self.a_k, self.c_j = ldb, step, a_k, c_j
         # the lanes' offsets in bytes along C's columns, for scattered stores (a column stride other than 1)
@@ -193,7 +197,7 @@ class _Emitter:
 
     #: what the panels' loops read from the kernel's entry (``outlined`` passes them): values, and lists of them
     SHARED = ("rows", "k", "n", "lda", "ldc", "ldb", "step", "a_k", "c_j", "bp", "ap", "cp", "bias", "row_bias",
-              "column_bias", "b_rows", "ahead", "lane_bytes")
+              "column_bias", "b_rows", "ahead", "lane_bytes", "accumulate")
     SHARED_LISTS = ("clamp_bounds",)
 
     def outlined(self, reads: str, halves: int, masked: bool, first, end) -> None:
@@ -301,6 +305,30 @@ class _Emitter:
 
         self.loop(_const(0), pieces, piece, "piece")
 
+    def accumulated(self, init: list, r0, col, height: int, halves: int, masked: bool) -> list:
+        """The accumulators' starting values, plus C's values there where ``bias_mode`` has ``ACCUMULATE`` (rows
+        contiguous: read as the contiguous store writes them)."""
+        b = self.b
+        start = b.block
+        vp = _vec.as_pointer()
+        with b.if_then(self.accumulate):
+            summed = []
+            for a in range(height):
+                out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), col)])
+                for half in range(halves):
+                    at = b.bitcast(b.gep(out, [_const(half * LANES)]), vp)
+                    old = (b.call(self.load, [at, ir.Constant(_i32, 4), self.masks[half], ir.Constant(_vec, None)])
+                           if masked else b.load(at, align=4))
+                    summed.append(b.fadd(init[halves * a + half], old))
+            added = b.block
+        merged = []
+        for value, plus in zip(init, summed, strict=True):
+            phi = b.phi(_vec)
+            phi.add_incoming(value, start)
+            phi.add_incoming(plus, added)
+            merged.append(phi)
+        return merged
+
     def tile(self, wp, col, r0, height: int, reads: str, halves: int, masked: bool) -> None:
         """Rows [r0, r0 + height) of the panel at ``wp`` in ``halves`` vectors a row (2; 1 where the panel holds
         at most ``LANES`` columns): the accumulators are phis of the k loop, starting from the bias (a row's, or
@@ -318,6 +346,7 @@ class _Emitter:
             phi.add_incoming(loaded[a], with_bias)
             rows.append(phi)
         init = [b.fadd(row, self.column_init[half]) for row in rows for half in range(halves)]   # one is zero
+        init = self.accumulated(init, r0, col, height, halves, masked)
         before = b.block
         head = self.fn.append_basic_block("k_head")
         inside = self.fn.append_basic_block("k_body")

@@ -437,41 +437,63 @@ class EpilogueImpl(StepImpl):
         return Bound(fallback_calls(ctx), mode="native", note=f"{conv.note} + epilogue kernel",
                      workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls), blas=True)
 
-    def bias_and_clamp(self, ctx: BindContext, elementwise: Graph, ew_types: list) -> tuple | None:
-        """(the constant per-channel bias as float32, or None; the clamp's bounds, or None) where the group is a
-        float32 2-D conv whose epilogue is no more than those (``clamp_epilogue``); else None."""
+    def bias_and_clamp(self, ctx: BindContext, elementwise: Graph, ew_types: list,
+                       residual: bool = False) -> tuple | None:
+        """(the constant per-channel bias as float32, or None; the clamp's bounds, or None; with ``residual``
+        also the group's input port of a residual added, or None) where the group is a float32 2-D conv whose
+        epilogue is no more than those (``clamp_epilogue``); else None."""
         if len(ctx.outputs) != 1 or ew_types[0].dtype != "float32" or len(ew_types[0].shape) != 4:
             return None
-        found = clamp_epilogue(elementwise, ew_types[0].shape[1])
+        found = clamp_epilogue(elementwise, ew_types[0].shape[1], residual)
         if found is None:
             return None
-        bias_input, bounds = found
+        bias_input, residual_input, bounds = found
         bias = None
         if bias_input is not None:
             value = ctx.const(self.ew_sources[bias_input - 1])
             if value is None:
                 return None
             bias = np.ascontiguousarray(np.asarray(value, np.float32).reshape(-1))
-        return bias, bounds
+        if not residual:
+            return bias, bounds
+        port = None if residual_input is None else self.ew_sources[residual_input - 1]
+        if port is not None and (ctx.const(port) is not None or not ctx.contiguous(port)):
+            return None
+        return bias, bounds, port
 
     def _absorbed(self, ctx: BindContext, sub: BindContext, elementwise: Graph, ew_types: list) -> Bound | None:
         """The group as one conv whose kernel adds the bias and clamps as it stores, where the epilogue is no more
         than that (``clamp_epilogue``) and the cost model picks a kernel that clamps (``kconv.clamps``); else
         None."""
-        found = self.bias_and_clamp(ctx, elementwise, ew_types)
+        found = self.bias_and_clamp(ctx, elementwise, ew_types, residual=True)
         if found is None:
             return None
-        bias, bounds = found
+        bias, bounds, residual = found
         try:
             setup = ConvSetup(sub, self.head_attrs, with_bias=False, bias=bias, clamp=bounds)
         except NotNative:   # among them: no kernel that clamps as it stores (refused before the weights are packed)
             return None
+        if residual is not None:   # (read as the conv's input too, it would be overwritten while read)
+            if not kconv.accumulates(setup.geo) or ctx.inputs[residual] in sub.inputs:
+                return None
+            kconv.set_accumulate(setup.geo)
         work: list = []
-        what = [w for w, present in (("bias", bias is not None), (self.elementwise.ops()[-1].op, bounds is not None))
-                if present]
+        what = [w for w, present in (("bias", bias is not None), ("the residual", residual is not None),
+                                     (self.elementwise.ops()[-1].op, bounds is not None)) if present]
         bound = conv_bound(setup, V(ctx.outputs[0]), work, fallback_calls(ctx),
                            f"Conv: {setup.note}, {' and '.join(what)} applied as the kernel stores")
         bound.workspace, bound.blas = work, True
+        if residual is not None:   # the kernel adds the output's values: the residual, in place or copied there
+            request, out, res = bound.request, V(ctx.outputs[0]), V(ctx.inputs[residual])
+            # in place only where no other input could be given the output's slot: the memory plan picks any
+            # input of the output's type that dies here (a 16 -> 16 conv's own input would be overwritten)
+            bound.inplace = not any(t == ctx.out_types[0] for p, t in enumerate(ctx.in_types) if p != residual)
+
+            def calls(kernel, alias):
+                taken = alias is not None and alias[0] == residual
+                return ([] if taken else [Call(np.copyto, (out, res))]) + request.calls(kernel, alias)
+
+            bound.request = KernelRequest(request.name, request.build, calls)
         return bound
 
     def _conv(self, ctx, setup, elementwise, ew_types, acc, in_place, scratch, copies, ew_refs) -> Bound:
@@ -533,23 +555,37 @@ class EpilogueImpl(StepImpl):
                      workspace=scratch.shapes, request=KernelRequest("epilogue", build, calls), blas=True)
 
 
-def clamp_epilogue(elementwise: Graph, channels: int) -> tuple[int | None, tuple[float, float] | None] | None:
-    """(the elementwise input added first as a per-channel bias, or None; the bounds of a Relu or of a Clip with
-    constant bounds after it, or None) where a conv's epilogue is no more than those two, the work
-    ``tlc.kernels.panel``'s kernels do as they store; None for any other epilogue."""
+def clamp_epilogue(elementwise: Graph, channels: int, residual: bool = False) -> tuple | None:
+    """(the elementwise input added first as a per-channel bias, or None; the input of the conv's full shape added
+    next as a residual, or None - only where ``residual``; the bounds of a Relu or of a Clip with constant bounds
+    after them, or None) where a conv's epilogue is no more than those three, the work ``tlc.kernels.panel``'s
+    kernels do as they store; None for any other epilogue."""
     ops = elementwise.ops()
     current = Value(elementwise.inputs[0].id, 0)
-    bias_input = None
-    if ops and ops[0].domain == "" and ops[0].op == "Add":
-        a, b = elementwise.inputs_of(ops[0])
+    full = tuple(elementwise.inputs[0].output_types[0].shape)
+    inputs = [n.id for n in elementwise.inputs]
+    bias_input = residual_input = None
+
+    def added(node, shapes) -> int | None:   # the other operand of an Add of ``current``: an input of these shapes
+        if node.domain != "" or node.op != "Add":
+            return None
+        a, b = elementwise.inputs_of(node)
         other = b if a == current else a if b == current else None
         if other is None or other.port != 0:
             return None
-        node = elementwise.node(other.node)
-        if node.op != "Input" or tuple(node.output_types[0].shape) not in ((channels, 1, 1), (1, channels, 1, 1)):
+        source = elementwise.node(other.node)
+        if source.op != "Input" or tuple(source.output_types[0].shape) not in shapes:
             return None
-        bias_input = [n.id for n in elementwise.inputs].index(node.id)
-        current, ops = Value(ops[0].id, 0), ops[1:]
+        return inputs.index(source.id)
+
+    if ops:
+        bias_input = added(ops[0], ((channels, 1, 1), (1, channels, 1, 1)))
+        if bias_input is not None:
+            current, ops = Value(ops[0].id, 0), ops[1:]
+    if ops and residual:
+        residual_input = added(ops[0], (full,))
+        if residual_input is not None:
+            current, ops = Value(ops[0].id, 0), ops[1:]
     if len(ops) > 1:
         return None
     bounds = None
@@ -570,7 +606,9 @@ def clamp_epilogue(elementwise: Graph, channels: int) -> tuple[int | None, tuple
             bounds = (limits[0], limits[1])
         else:
             return None
-    return None if bias_input is None and bounds is None else (bias_input, bounds)
+    if bias_input is None and residual_input is None and bounds is None:
+        return None
+    return bias_input, residual_input, bounds
 
 
 def scratch_pair(scratch: Scratch, t: TensorType) -> tuple[Ref, Ref]:
