@@ -84,8 +84,9 @@ ARGS = 16
 BIAS_NONE, BIAS_ROWS, BIAS_COLUMNS = 0, 1, 2
 #: ``bias_mode``'s bit for a clamp of the stored values to [lo, hi] (read from the ``clamp`` address)
 CLAMP = 4
-#: ``bias_mode``'s bit for C's values before the call added to the product (C's rows contiguous, ``c_j`` 1 only):
-#: a conv's residual Add, the output written where the residual was (``tlc.kernels.conv.set_accumulate``)
+#: ``bias_mode``'s bit for C's values before the call added to the product (C's rows contiguous, ``c_j`` 1, and B
+#: read in place, ``step`` = ``PANEL``, no ``b_rows``: elsewhere the bit is ignored): a conv's residual Add, the
+#: output written where the residual was (``tlc.kernels.conv.set_accumulate``)
 ACCUMULATE = 16
 #: ``tlc_dw3x3``'s arguments (int64 each)
 DEPTHWISE_ARGS = 15
@@ -346,7 +347,8 @@ class _Emitter:
             phi.add_incoming(loaded[a], with_bias)
             rows.append(phi)
         init = [b.fadd(row, self.column_init[half]) for row in rows for half in range(halves)]   # one is zero
-        init = self.accumulated(init, r0, col, height, halves, masked)
+        if reads == "streams":   # (the only loops that take ACCUMULATE: a module ~10% larger for each other)
+            init = self.accumulated(init, r0, col, height, halves, masked)
         before = b.block
         head = self.fn.append_basic_block("k_head")
         inside = self.fn.append_basic_block("k_body")
