@@ -439,9 +439,9 @@ class EpilogueImpl(StepImpl):
 
     def bias_and_clamp(self, ctx: BindContext, elementwise: Graph, ew_types: list,
                        residual: bool = False) -> tuple | None:
-        """(the constant per-channel bias as float32, or None; the clamp's bounds, or None; with ``residual``
-        also the group's input port of a residual added, or None) where the group is a float32 2-D conv whose
-        epilogue is no more than those (``clamp_epilogue``); else None."""
+        """(the constant per-channel bias as float32, or None; the clamp's bounds, or None; the group's input port
+        of a residual added, or None - only looked for where ``residual``) where the group is a float32 2-D conv
+        whose epilogue is no more than those (``clamp_epilogue``); else None."""
         if len(ctx.outputs) != 1 or ew_types[0].dtype != "float32" or len(ew_types[0].shape) != 4:
             return None
         found = clamp_epilogue(elementwise, ew_types[0].shape[1], residual)
@@ -454,17 +454,15 @@ class EpilogueImpl(StepImpl):
             if value is None:
                 return None
             bias = np.ascontiguousarray(np.asarray(value, np.float32).reshape(-1))
-        if not residual:
-            return bias, bounds
         port = None if residual_input is None else self.ew_sources[residual_input - 1]
         if port is not None and (ctx.const(port) is not None or not ctx.contiguous(port)):
             return None
         return bias, bounds, port
 
     def _absorbed(self, ctx: BindContext, sub: BindContext, elementwise: Graph, ew_types: list) -> Bound | None:
-        """The group as one conv whose kernel adds the bias and clamps as it stores, where the epilogue is no more
-        than that (``clamp_epilogue``) and the cost model picks a kernel that clamps (``kconv.clamps``); else
-        None."""
+        """The group as one conv whose kernel adds the bias (and a residual: ``kconv.accumulates``) and clamps as
+        it stores, where the epilogue is no more than that (``clamp_epilogue``) and the cost model picks a kernel
+        that does (``kconv.clamps``); else None."""
         found = self.bias_and_clamp(ctx, elementwise, ew_types, residual=True)
         if found is None:
             return None
@@ -727,7 +725,7 @@ class ChainImpl(StepImpl):
             weights = sub.const(1)
             if found is None or weights is None or np.asarray(weights).dtype != np.float32:
                 return None
-            parts.append((np.asarray(weights), *found))
+            parts.append((np.asarray(weights), *found[:2]))   # (no residual: not looked for)
         (w1, b1, bounds1), (wd, bd, bounds2) = parts
         n, cexp, h, width = between.shape
         out = tuple(ctx.out_types[0].shape)
@@ -778,8 +776,8 @@ class ChainImpl(StepImpl):
                                kwargs=None if c.kwargs is None else {k: ref(v) for k, v in c.kwargs.items()})
                     for c in calls]
 
-        if any(b.request is None and b.mode != "native" for b in bounds) or any(c.result for b in bounds
-                                                                                  for c in b.calls):
+        # (a bound without a request runs its calls: native ones, writing into the arrays they are given)
+        if any(b.request is None and (b.mode != "native" or any(c.result for c in b.calls)) for b in bounds):
             raise NotNative("a group of the chain runs no native step")
 
         def build(alias):
