@@ -63,6 +63,8 @@ MEMORY_BOUND = {"elementwise_chain", "layernorm_softmax"}
 PAUSE_S = 0.15          # OpenBLAS threads spin ~0.13 s after a call (FACTS.md): let them settle
 WARM_CALLS = 2          # data untouched for ~0.1 s is slow for the next two passes (FACTS.md)
 TIMED_CALLS = 3
+#: the most rounds ``time_interleaved`` adds for ``--min-wall``, as a multiple of ``--rounds``
+MAX_ROUND_FACTOR = 4
 
 
 def log(message: str) -> None:
@@ -218,11 +220,17 @@ def compile_split(plan) -> dict:
     return {k: v for k, v in dict(data).items() if isinstance(v, (int, float))}
 
 
-def time_interleaved(contenders: dict, feeds: dict, rounds: int, budget_s: float) -> dict[str, list[float]]:
-    """Round-robin timing; each contender gets WARM_CALLS untimed then TIMED_CALLS timed calls per round."""
+def time_interleaved(contenders: dict, feeds: dict, rounds: int, budget_s: float,
+                     min_wall_s: float = 0.0) -> dict[str, list[float]]:
+    """Round-robin timing; each contender gets WARM_CALLS untimed then TIMED_CALLS timed calls per round. At
+    least ``rounds`` rounds, and more (up to ``MAX_ROUND_FACTOR`` times as many) until the rounds have taken
+    ``min_wall_s``: a fast model's rounds span a few seconds, and this machine's slow phases last about as long
+    (a 0.1 ms model's medians moved 1.3x between runs of 10 rounds)."""
     samples: dict[str, list[float]] = {k: [] for k in contenders}
     spent = {k: 0.0 for k in contenders}
-    for r in range(rounds):
+    start = time.perf_counter()
+    r = 0
+    while r < rounds or (r < rounds * MAX_ROUND_FACTOR and time.perf_counter() - start < min_wall_s):
         for label, fn in contenders.items():
             if r > 2 and spent[label] > budget_s:
                 continue  # slow contenders (the reference executor on resnet) get fewer rounds
@@ -230,11 +238,12 @@ def time_interleaved(contenders: dict, feeds: dict, rounds: int, budget_s: float
             for _ in range(WARM_CALLS):
                 fn(feeds)
             for _ in range(TIMED_CALLS):
-                start = time.perf_counter()
+                begin = time.perf_counter()
                 fn(feeds)
-                elapsed = time.perf_counter() - start
+                elapsed = time.perf_counter() - begin
                 samples[label].append(elapsed * 1000)
                 spent[label] += elapsed * (1 + WARM_CALLS / TIMED_CALLS)
+        r += 1
     return samples
 
 
@@ -316,7 +325,7 @@ def first_call(model_path: str, feeds_path: str, kind: str, threads: int, cache_
 
 # ---------------------------------------------------------------------------- the run
 def bench_model(case: Case, threads_list: list[int], rounds: int, budget_s: float, bandwidth: float,
-                tmp: str, profile: bool = False, include_o0: bool = True) -> dict:
+                tmp: str, profile: bool = False, include_o0: bool = True, min_wall_s: float = 0.0) -> dict:
     import onnx
 
     name = case.key
@@ -342,7 +351,7 @@ def bench_model(case: Case, threads_list: list[int], rounds: int, budget_s: floa
                          for a, b in zip(fn(feeds), expected)) for k, fn in contenders.items()}
         log(f"[{name}] threads={threads}: timing {', '.join(contenders)}")
         load_before = os.getloadavg()[0]
-        samples = time_interleaved(contenders, feeds, rounds, budget_s)
+        samples = time_interleaved(contenders, feeds, rounds, budget_s, min_wall_s)
         stats = {k: summarize(v) for k, v in samples.items()}
         ort_median = stats["ORT all"]["median_ms"]
         for k in stats:
@@ -427,7 +436,7 @@ def latency_table(results: list[dict], suite: str, threads: int) -> list[str]:
     rows = [r for r in results if r["suite"] == suite and threads in r["threads"]]
     labels = [label for label in FULL_CONTENDERS if any(label in r["threads"][threads] for r in rows)]
     bound = suite == "classic"
-    head = (["model"] + labels + ["-O2 / ORT", "ref steps -O2", "arena -O2", "peak RSS MB tlc / ORT"] +
+    head = (["model", "runs"] + labels + ["-O2 / ORT", "ref steps -O2", "arena -O2", "peak RSS MB tlc / ORT"] +
             (["bound ms (-O2 / bound)"] if bound else []) + ["max err -O2", "load"])
     lines = [f"## {suite} suite, {threads} thread(s): median ms [min-max], ratio to ORT all", "",
              "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
@@ -437,8 +446,8 @@ def latency_table(results: list[dict], suite: str, threads: int) -> list[str]:
         facts = r.get("plan", {}).get(threads, {})
         rss = r.get("peak_rss_mb", {}).get(threads, {})
         load = r.get("load", {}).get(threads, {})
-        cells = [r["model"]] + [_cell(stats.get(label), ratio=label not in ("tlc -O2", "ORT all"))
-                                for label in labels]
+        cells = [r["model"], str(o2.get("runs", "-"))]
+        cells += [_cell(stats.get(label), ratio=label not in ("tlc -O2", "ORT all")) for label in labels]
         cells += [f"x{o2['ratio_to_ort']:.2f}", _reference_cell(facts),
                   _bytes(facts.get("arena_bytes")),
                   f"{_mb(rss.get('tlc -O2'))} / {_mb(rss.get('ORT all'))}"]
@@ -539,6 +548,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds (x3 timed calls each)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK_ROUNDS} rounds")
     parser.add_argument("--budget", type=float, default=20.0, help="seconds a slow contender may take per model")
+    parser.add_argument("--min-wall", type=float, default=8.0, metavar="S",
+                        help=f"more rounds (up to {MAX_ROUND_FACTOR} times --rounds) until a model's rounds have "
+                             "taken S seconds: fast models' medians otherwise rest on a few seconds of a noisy "
+                             "machine (default %(default)s; 0 with --quick)")
     parser.add_argument("--out", default="bench-results", help="folder for results.md/.json and ratios.png")
     parser.add_argument("--profile", action="store_true",
                         help="profile tlc -O2 (20 runs) where it is slower than onnxruntime; tables in the report")
@@ -561,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases(names, args.batch):
             results.append(bench_model(case, threads, rounds, args.budget, bandwidth, tmp,
-                                       profile=args.profile, include_o0=not args.no_o0))
+                                       profile=args.profile, include_o0=not args.no_o0,
+                                       min_wall_s=0.0 if args.quick else args.min_wall))
     text = markdown(results, info, bandwidth)
     print(text)
     Path(args.out, "results.md").write_text(text)
