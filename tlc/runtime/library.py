@@ -521,20 +521,18 @@ class GlobalPoolImpl(StepImpl):
             return Bound(fallback, note="numpy")
         planes, size = x[0] * x[1], int(np.prod(x[2:]))
         nparts = _plane_parts(planes * size, planes, ctx.threads)
-        flat_in, flat_out = (planes, size), (planes,)
-        native = [Call(_global_pool, (V(ctx.inputs[0]), flat_in, V(ctx.outputs[0]), flat_out, self.is_max,
-                                      nparts))]
+        # the compiled function itself (the runner calls its entry point for these types)
+        run, args = (kconv.global_pool_parallel, (self.is_max, nparts)) if nparts > 1 else \
+            (kconv.global_pool_serial, (self.is_max,))
+        native = [Call(run, (V(ctx.inputs[0]), V(ctx.outputs[0])) + args)]
+        out_rank = len(ctx.out_shapes()[0])
 
         def build(alias):
-            kconv.global_pool_run(np.zeros((1, 1), dtype), np.zeros(1, dtype), self.is_max, nparts)
+            run(np.zeros((1,) * len(x), dtype), np.zeros((1,) * out_rank, dtype), *args)
             return "global pool"
 
         return Bound(fallback, mode="native", note=f"plane kernel, {nparts} part(s)",
                      request=KernelRequest("global pool", build, lambda kern, alias: native))
-
-
-def _global_pool(x, in_shape, out, out_shape, is_max, nparts) -> None:
-    kconv.global_pool_run(x.reshape(in_shape), out.reshape(out_shape), is_max, nparts)
 
 
 class LRNImpl(StepImpl):
