@@ -5,8 +5,9 @@ For a specialization, ``generate`` writes::
 
     def make(arena):                      # bound once per arena: planned buffers as closure variables
         v12, f12, w3_0 = arena
+        v13 = k8(v12, c12)                # a view of a planned buffer: the same array every run, made once
         def run(v0):                      # the feeds, already checked against the signature
-            v5 = k0(v0, c1)               # a view step
+            v5 = k0(v0, c1)               # a view step (of a feed: every run)
             k2(c3, f5, c4, f12)           # a generated kernel: dims, flat inputs, constants, flat outputs
             v9 = np_empty(c5, c6)         # a graph output: a fresh array every run
             k7(v12, c8, v9, c9, c10, c11) # a product in parts into it
@@ -215,10 +216,19 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
     w = _Writer(spec)
     feeds = {v for _, v, _ in program.feeds}
     body: list[tuple[int, str, tuple[int, ...]]] = []      # (step index or -1, line, values it defines)
+    once: list[tuple[int, str, tuple[int, ...]]] = []      # lines run once per arena (``_once``), as body's
+    fixed = set(spec.memory.placement) | set(spec.known)   # values whose array is the same every run
     modes = []
     for t, a in enumerate(spec.active):
         calls, mode = spec.calls_of(a)
         modes.append(mode)
+        if _once(spec, w, mode, calls, fixed):
+            for call in calls:
+                once.append((a.step.index, w.call(call, t), call.result))
+                fixed.update(call.result)
+            if profile:   # the step took no time in the run: a zero event keeps its count of calls
+                body.append((-1, f"ev_append(({a.step.index}, clock(), 0))", ()))
+            continue
         for v in a.step.outputs:
             if v in spec.memory.fresh:
                 tv = spec.types[v]
@@ -253,8 +263,12 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
     source = ["def make(arena):"]
     if keys:
         source.append(f"    {', '.join(keys)}, = arena")
-    source.append(f"    def run({', '.join(params)}):")
     line_steps = {}
+    for step, line, defines in once:
+        for text in [line] + [f"f{v} = v{v}.reshape(-1)" for v in defines if v in w.flat_of]:
+            source.append(f"    {text}")
+            line_steps[len(source)] = step
+    source.append(f"    def run({', '.join(params)}):")
     for step, line in lines:
         source.append(f"        {line}")
         if step >= 0:
@@ -267,6 +281,23 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
     exec(compile(text, filename, "exec"), w.namespace)
     return Runner(w.namespace["make"], [w.arena_keys[k] for k in keys], text, filename, line_steps, modes,
                   generation)
+
+
+def _once(spec: Specialization, w: _Writer, mode: str, calls: list[Call], fixed: set[int]) -> bool:
+    """Whether a step's calls run once, when the run function is bound to its arena, instead of every run: a
+    view step (Reshape, Squeeze, a Split into views, a Transpose as a strided view) of values whose arrays are
+    the same every run (planned buffers, constants, views made once), on the host. Such a view is the same
+    array every run; made in the run, its few Python lines cost far more than alone (ViT's Split into three
+    views ~19 us in the model, its interpreter's lines and data evicted by the products between)."""
+    if mode != "view" or not calls or w.device:
+        return False
+    for call in calls:
+        if call.kwargs or not call.result:
+            return False
+        for a in call.args:
+            if isinstance(a, Ref) and a.kind in ("v", "f") and a.index < len(spec.types) and a.index not in fixed:
+                return False
+    return True
 
 
 def _keyword(name: str) -> str:
