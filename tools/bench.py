@@ -192,12 +192,13 @@ def make_contenders(model, threads: int, labels: tuple[str, ...]) -> tuple[dict,
 
 
 def plan_facts(plan) -> dict:
-    """What ``plan.stats()`` says of a plan that has run: reference steps (and why) and the planned arena."""
+    """What ``plan.stats()`` says of a plan that has run: reference steps (and why), the planned arena and the
+    thread count its probe settled on (after the timed runs)."""
     stats = plan.stats()
     latest = stats.specializations[-1] if stats.specializations else {}
     return {"reference_steps": stats.totals["reference_steps"],
             "reference_ops": sorted({f"{s.op}: {s.reason}" for s in stats.reference_steps()}),
-            "arena_bytes": latest.get("arena_bytes"), "by_mode": stats.by_mode()}
+            "arena_bytes": latest.get("arena_bytes"), "by_mode": stats.by_mode(), "threads": latest.get("threads")}
 
 
 def profile_plan(plan, feeds: dict, runs: int = 20) -> str:
@@ -431,6 +432,41 @@ def _reference_cell(facts: dict) -> str:
     return f"{count} ({', '.join(ops)})" if ops else str(count)
 
 
+#: the ratio to onnxruntime above which a model misses issue 9's bar
+RATIO_BAR = 1.2
+
+
+def checks_table(results: list[dict]) -> list[str]:
+    """Issue 9's per-model bars in one place: models above ``RATIO_BAR`` x onnxruntime at a thread count, and
+    each model's speed-up from one thread to the most (tlc -O2 and onnxruntime), those slower at the most
+    threads marked."""
+    lines = ["## Per-model checks", ""]
+    for threads in sorted({t for r in results for t in r["threads"]}):
+        over = [f"{r['model']} x{r['threads'][threads]['tlc -O2']['ratio_to_ort']:.2f}" for r in results
+                if threads in r["threads"] and r["threads"][threads]["tlc -O2"]["ratio_to_ort"] > RATIO_BAR]
+        lines.append(f"- above x{RATIO_BAR} onnxruntime at {threads} thread(s): {', '.join(over) or 'none'}")
+    scaled = [r for r in results if len(r["threads"]) > 1 and 1 in r["threads"]]
+    if not scaled:
+        return lines + [""]
+    most = max(t for r in scaled for t in r["threads"])
+    slower = []
+    rows = ["", f"Speed-up from 1 to {most} threads (median at 1 / median at {most}; '<' marks tlc slower at "
+            f"{most}), and the thread count tlc's plan at {most} settled on:", "",
+            "| model | tlc -O2 | ORT all | tlc -O2's threads |", "|---|---|---|---|"]
+    for r in scaled:
+        if most not in r["threads"]:
+            continue
+        one, many = r["threads"][1], r["threads"][most]
+        tlc_up = one["tlc -O2"]["median_ms"] / many["tlc -O2"]["median_ms"]
+        ort_up = one["ORT all"]["median_ms"] / many["ORT all"]["median_ms"]
+        if tlc_up < 1:
+            slower.append(r["model"])
+        verdict = r.get("plan", {}).get(most, {}).get("threads") or "-"
+        rows.append(f"| {r['model']} | x{tlc_up:.2f}{' <' if tlc_up < 1 else ''} | x{ort_up:.2f} | {verdict} |")
+    lines.append(f"- slower at {most} threads than at 1: {', '.join(slower) or 'none'}")
+    return lines + rows + [""]
+
+
 def latency_table(results: list[dict], suite: str, threads: int) -> list[str]:
     """The steady-state table of one suite at one thread count, with the -O2 plan's facts and peak RSS."""
     rows = [r for r in results if r["suite"] == suite and threads in r["threads"]]
@@ -475,6 +511,7 @@ def markdown(results: list[dict], info: dict, bandwidth: float) -> str:
         lines.append(f"| {row['suite']} | {row['threads']} | {row['models']} | " +
                      " | ".join("-" if c not in means else f"x{means[c]:.2f}" for c in shown) + " |")
     lines.append("")
+    lines += checks_table(results)
     for suite in SUITES:
         for threads in sorted({t for r in results if r["suite"] == suite for t in r["threads"]}):
             lines += latency_table(results, suite, threads)
