@@ -127,6 +127,26 @@ def test_num_threads_governs_numba_and_blas_during_a_run_only(rng, monkeypatch):
     assert numba.get_num_threads() == min(threads.cores(), numba.config.NUMBA_NUM_THREADS)
 
 
+def test_a_plan_none_of_whose_steps_uses_the_pool_runs_at_one_thread_unprobed(rng):
+    """A specialization none of whose calls can run on Numba's pool (serial kernels, numpy's functions) settles
+    at one thread at its first run, never probes and says why; one with a kernel big enough for the pool's
+    parallel variant probes."""
+    small = compile(small_graph(), num_threads=2, jit="eager")
+    feeds = {"x": rng.standard_normal((2, 4), dtype=np.float32)}
+    for _ in range(3):
+        np.testing.assert_allclose(small.run(feeds)["y"], tlc.reference.run(small_graph(), feeds)["y"], rtol=1e-6)
+    (state,) = small._specs.values()
+    assert state.probe is None and state.one_thread and state.governors is state.single
+    assert small.stats().specializations[0]["threads"] == "runs at one thread (no step uses the thread pool)"
+    g = tlc.Graph("wide")
+    x = g.input("x", "float32", (512, 1024))
+    g.output(g.add_node("Tanh", [g.add_node("Exp", [x])]), "y")
+    wide = compile(g, num_threads=2, jit="eager")
+    wide.run({"x": rng.standard_normal((512, 1024), dtype=np.float32)})
+    (state,) = wide._specs.values()
+    assert state.runner().uses_pool and state.probe is not None and not state.one_thread
+
+
 def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_later(rng, monkeypatch):
     """A specialization at several threads times PROBE_RUNS runs at all cores and at one thread (``plan.SpecState``;
     fed timings below: the machine's own are noise); a small plan whose one-thread arm came within reach probes
@@ -136,10 +156,12 @@ def test_a_plan_at_several_threads_keeps_the_faster_count_and_times_both_again_l
     runs later (REPROBE_ONE_FIRST after a verdict of one thread), then at doubling intervals while the count holds
     (up to REPROBE_RUNS), from the first interval again when it changes."""
     from tlc.runtime import plan as plan_module
+    from tlc.runtime import runner as runner_module
 
     monkeypatch.setattr(plan_module, "REPROBE_FIRST", 3)
     monkeypatch.setattr(plan_module, "REPROBE_ONE_FIRST", 2)
     monkeypatch.setattr(plan_module, "REPROBE_RUNS", 8)
+    monkeypatch.setattr(runner_module, "_pooled", lambda fn: True)   # (its one kernel is serial: see below)
     plan = compile(small_graph(), num_threads=2, jit="eager")
     feeds = {"x": rng.standard_normal((2, 4), dtype=np.float32)}
     want = plan.run(feeds)["y"]

@@ -60,6 +60,14 @@ class NotNative(Exception):
     """A step's implementation cannot take these attributes or shapes; the reason goes to ``plan.stats()``."""
 
 
+def serial(fn: Callable) -> Callable:
+    """Mark a Python function a step calls as one that runs on the calling thread only (numpy, no Numba pool):
+    a plan whose every call is serial runs at one thread (``runner.uses_pool``), with no thread governance or
+    probing. Unmarked Python functions are taken to use the pool."""
+    fn.tlc_serial = True
+    return fn
+
+
 class KernelRequest:
     """A native kernel a step needs compiled: ``build(alias)`` compiles it (on the JIT thread or now) and returns
     what ``calls(kernel, alias)`` turns into the step's calls. ``alias``: per output, the input whose buffer the

@@ -29,15 +29,17 @@ from ..ops import recurrent as recurrent_ops
 from ..ops import resize as resize_ops
 from ..ops.layout import equal_split, slice_params
 from ..ops.window import make_window
-from .bound import Bound, Call, F, KernelRequest, NotNative, Ref, V, W, contiguous_strides
+from .bound import Bound, Call, F, KernelRequest, NotNative, Ref, V, W, contiguous_strides, serial
 from .impl import BindContext, StepImpl, fallback_calls, spatial_window
 
 
 # ---------------------------------------------------------------------------- views and copies
+@serial
 def reshape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return x.reshape(shape)
 
 
+@serial
 def copy_reshaped(x: np.ndarray, out: np.ndarray) -> None:
     np.copyto(out.reshape(x.shape), x)
 
@@ -59,6 +61,7 @@ class ViewImpl(StepImpl):
         return Bound([Call(copy_reshaped, (V(ctx.inputs[0]), V(ctx.outputs[0])))], note="copy of a strided input")
 
 
+@serial
 def transpose_into(x: np.ndarray, perm: tuple[int, ...] | None, out: np.ndarray) -> None:
     np.copyto(out, x.transpose(perm))
 
@@ -96,6 +99,7 @@ class TransposeImpl(StepImpl):
                                            lambda kern, alias: native))
 
 
+@serial
 def transpose_view(x: np.ndarray, perm: tuple[int, ...] | None) -> np.ndarray:
     return x.transpose(perm)
 
@@ -118,6 +122,7 @@ class TransposeViewImpl(StepImpl):
                      writes_outputs=False, out_strides=[tuple(base[p] for p in perm)])
 
 
+@serial
 def concat_into(out: np.ndarray, axis: int, *parts: np.ndarray) -> None:
     np.concatenate(parts, axis=axis, out=out)
 
@@ -137,6 +142,7 @@ class ConcatImpl(StepImpl):
                      joins=int(np.prod(out[:axis], dtype=np.int64)) == 1)
 
 
+@serial
 def take_into(x: np.ndarray, indices: np.ndarray, axis: int, out: np.ndarray) -> None:
     x.take(indices, axis=axis, out=out)   # the method: np.take's wrapper cost ~1 us a call
 
@@ -184,11 +190,13 @@ class SliceImpl(StepImpl):
         return Bound([Call(copy_index, (V(ctx.inputs[0]), tuple(index), V(ctx.outputs[0])))])
 
 
+@serial
 def split_into(x: np.ndarray, indices: tuple, *outs: np.ndarray) -> None:
     for index, out in zip(indices, outs):
         np.copyto(out, x[index])
 
 
+@serial
 def split_views(x: np.ndarray, indices: tuple) -> tuple[np.ndarray, ...]:
     return tuple(x[index] for index in indices)
 
@@ -219,6 +227,7 @@ class SplitImpl(StepImpl):
         return Bound([Call(split_into, (V(ctx.inputs[0]), indices) + tuple(V(o) for o in ctx.outputs))])
 
 
+@serial
 def expand_into(x: np.ndarray, out: np.ndarray) -> None:
     np.copyto(out, x)
 
@@ -310,6 +319,7 @@ _REDUCERS = {"ReduceSum": np.add.reduce, "ReduceMean": np.mean, "ReduceMax": np.
              "ReduceMin": np.minimum.reduce, "ReduceProd": np.multiply.reduce}
 
 
+@serial
 def reduce_into(reducer, x: np.ndarray, axes: tuple[int, ...], kept: tuple[int, ...], out: np.ndarray) -> None:
     reducer(x, axis=axes, keepdims=True, out=out.reshape(kept))
 

@@ -77,8 +77,11 @@ class Runner:
     """A generated run function's maker for one specialization, and what it was generated from."""
 
     def __init__(self, make: Callable[[Arena], Callable], keys: list[tuple], source: str, filename: str,
-                 line_steps: dict[int, int], modes: list[str], generation: int):
+                 line_steps: dict[int, int], modes: list[str], generation: int, uses_pool: bool = True):
         self._make = make
+        #: whether any call may run on Numba's thread pool (``_pooled``); a plan none of whose calls do runs
+        #: at one thread (``plan.SpecState``)
+        self.uses_pool = uses_pool
         self.keys = keys
         self.source = source
         self.filename = filename
@@ -219,9 +222,11 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
     once: list[tuple[int, str, tuple[int, ...]]] = []      # lines run once per arena (``_once``), as body's
     fixed = set(spec.memory.placement) | set(spec.known)   # values whose array is the same every run
     modes = []
+    uses_pool = False
     for t, a in enumerate(spec.active):
         calls, mode = spec.calls_of(a)
         modes.append(mode)
+        uses_pool = uses_pool or any(_pooled(call.fn) for call in calls)
         if _once(spec, w, mode, calls, fixed):
             for call in calls:
                 once.append((a.step.index, w.call(call, t), call.result))
@@ -280,7 +285,18 @@ def generate(spec: Specialization, profile: bool = False) -> Runner:
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
     exec(compile(text, filename, "exec"), w.namespace)
     return Runner(w.namespace["make"], [w.arena_keys[k] for k in keys], text, filename, line_steps, modes,
-                  generation)
+                  generation, uses_pool)
+
+
+def _pooled(fn: Any) -> bool:
+    """Whether a call may run on Numba's thread pool: a Numba function compiled ``parallel``, or anything not
+    known to run on the calling thread only (Python functions unless marked ``bound.serial``, compiled entry
+    points); numpy's own functions and ufuncs do not."""
+    if isinstance(fn, Dispatcher):
+        return bool(fn.targetoptions.get("parallel"))
+    if getattr(fn, "tlc_serial", False) or isinstance(fn, np.ufunc):
+        return False
+    return not (getattr(fn, "__module__", None) or "").startswith("numpy")
 
 
 def _once(spec: Specialization, w: _Writer, mode: str, calls: list[Call], fixed: set[int]) -> bool:
