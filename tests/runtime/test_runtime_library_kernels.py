@@ -267,3 +267,30 @@ def test_not_native_reasons(rng):
     assert "single-output" in reason("MaxPool", [x], {"kernel_shape": [2, 2]}, outputs=2)
     w1 = rng.standard_normal((3, 2, 3), dtype=np.float32)
     assert "2-D" in reason("Conv", [x[:, :, 0], w1], {})
+
+
+@pytest.mark.parametrize("shape,perm,dtype,note", [
+    ((3, 197, 3, 3, 64), (2, 0, 3, 1, 4), np.float32, "rows in 2 parts"),   # ViT's head split, 1.4 MB
+    ((300, 7, 130), (1, 0, 2), np.float64, "rows in 2 parts"),
+    ((1, 196, 16, 8), (0, 2, 1, 3), np.float32, "rows"),                    # short rows, one thread's
+    ((2, 3, 5, 7, 11, 3, 4), (5, 4, 3, 2, 1, 0, 6), np.int8, "rows"),       # seven axes, the most it walks
+    ((5, 1, 4), (1, 0, 2), bool, "rows"),
+    ((2, 3, 5, 7, 11, 13, 8), (6, 5, 4, 3, 2, 1, 0), np.int64, None)])      # moves the last axis: numpy's
+def test_a_transpose_of_whole_rows_copies_rows(shape, perm, dtype, note, rng):
+    """A Transpose that keeps the last axis last runs as whole rows (``tlc.kernels.transpose.copy_rows``), from a
+    MiB in one run a thread; against numpy and onnxruntime, twice on one arena."""
+    x = (rng.standard_normal(shape) * 100).astype(dtype)
+    node = helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))
+    elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+    graph = helper.make_graph([node], "t", [helper.make_tensor_value_info("x", elem, shape)],
+                              [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    plan = tlc.compile(from_onnx(model)[0], opt_level=0, jit="eager", num_threads=2)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for _ in range(2):
+        got = plan.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, x.transpose(perm))
+    if note == "rows in 2 parts" and plan.options.threads < 2:
+        note = "rows"
+    assert plan.stats().steps[0].notes == ([note] if note else [])

@@ -15,7 +15,7 @@ runs it (up to four axes: longer ones, rarer, keep numpy's copy).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 TILE = 16
 #: axes the kernel walks (shapes of fewer are padded with unit axes in front)
@@ -64,3 +64,59 @@ def copy(x, out, shape, src, dst):
                         ro = bo + i2 * dst[2]
                         for i3 in range(t3, e3):
                             out[np.uint64(ro + i3 * dst[3])] = x[np.uint64(ri + i3 * src[3])]
+
+
+# ---------------------------------------------------------------------------- whole rows, in parts
+#: leading axes ``copy_rows`` walks (shapes of fewer are padded with unit axes in front)
+ROWS_RANK = 6
+
+
+def rows_plan(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """(the output's leading axes, the input element stride of each, the row length) for a permutation that
+    keeps the input's last axis last, so that the copy moves whole rows (ViT's [B, 197, 3, 3, 64] -> [3, B, 3,
+    197, 64]: rows of 64); None for any other, or more than ``ROWS_RANK`` + 1 axes."""
+    n = len(shape)
+    if n < 2 or n > ROWS_RANK + 1 or perm[-1] != n - 1 or list(perm) == list(range(n)):
+        return None
+    in_strides = [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(n)]
+    lead = [shape[p] for p in perm[:-1]]
+    src = [in_strides[p] for p in perm[:-1]]
+    pad = ROWS_RANK - len(lead)
+    return tuple([1] * pad + lead), tuple([0] * pad + src), int(shape[-1])
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def copy_rows(x, out, shape, src, row, q0, q1):
+    """Rows [q0, q1) of ``out`` (flat, rows of ``row`` elements in the order of the leading axes ``shape``) from
+    ``x`` (flat), the row with leading index (i0..i5) starting at sum(i_k * src[k]): the index of row q0 worked
+    out once, then counted up row by row (a division per axis and row cost more than the copy)."""
+    if q0 >= q1:
+        return
+    idx = np.empty(ROWS_RANK, np.int64)
+    rest, at = q0, 0
+    for k in range(ROWS_RANK - 1, -1, -1):
+        idx[k] = rest % shape[k]
+        rest //= shape[k]
+        at += idx[k] * src[k]
+    base = q0 * row
+    for _ in range(q0, q1):
+        for j in range(row):   # (unsigned indices: no negative-index wrap to check, so the loop vectorizes)
+            out[np.uint64(base + j)] = x[np.uint64(at + j)]
+        base += row
+        k = ROWS_RANK - 1
+        idx[k] += 1
+        at += src[k]
+        while k > 0 and idx[k] == shape[k]:   # carry into the axis before
+            at -= shape[k] * src[k]
+            idx[k] = 0
+            k -= 1
+            idx[k] += 1
+            at += src[k]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def copy_rows_parallel(x, out, shape, src, row, nparts):
+    """``copy_rows`` of every row, in ``nparts`` runs of rows on the pool."""
+    rows = out.size // row
+    for p in prange(nparts):
+        copy_rows(x, out, shape, src, row, rows * p // nparts, rows * (p + 1) // nparts)
