@@ -56,10 +56,16 @@ PORTS = {
     "QLinearConv": Ports(0, 1, 2, 3, 4, 5, 6, 7, 8, True),
 }
 BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
-#: multiply-adds a VNNI product needs before it runs in parts: at ~100 GMAC/s a 1M-MAC product (qdq_convnet's
-#: 16 -> 32 3x3, 1.2M) takes ~10 us, less than starting the threads; split in two it took 2.5 ms a call while
-#: another process held the second core
-VNNI_PARALLEL_MIN_MACS = 1 << 23
+#: multiply-adds a VNNI product needs before it runs in parts (~50 us on one core): the VNNI convs of the
+#: QDQ conv net run at 36-47 GMAC/s in the model (its 3 -> 16 3x3 at batch 8, 3.5M MACs, 97 us; a 1x1 32 -> 64,
+#: 4.2M, 90 us), not the ~100 of a long product, so 8M left them on one thread of two: the net at batch 8 and 2
+#: threads 0.52 -> 0.40 ms (medians in one process, alternated), onnxruntime ~0.42-0.46. A 1M-MAC product (its
+#: 16 -> 32 3x3 s2 at batch 1) stays whole. (A part whose worker waits for a CPU another process holds ran 2.5
+#: ms a call; the contention check now runs such parts in turn: ``threads.Placement``.)
+VNNI_PARALLEL_MIN_MACS = 1 << 21
+#: ... and a depthwise conv on ``tlc.kernels.qdw`` (int32 taps, ~6 GMAC/s: the net's 32-channel 3x3 at 16x16,
+#: batch 8, 0.6M MACs, 105 us)
+QDW_PARALLEL_MIN_MACS = 1 << 18
 
 
 def _present(ctx: BindContext, port: int) -> bool:
@@ -131,6 +137,7 @@ class QuantizedProductImpl(StepImpl):
         if ports.conv and geo_args[2] == 1:
             taps = int(np.prod(geo_args[6]))
             if qdw.exact(taps, a_bound, w_bound, requant):
+                nparts = ctx.threads if ctx.threads > 1 and macs >= QDW_PARALLEL_MIN_MACS else 1
                 return self._bind_depthwise(ctx, geo_args, centered, x_dtype, x_zero, out_dtype, epilogue, nparts)
         vnni = self._vnni_refusal(weight, a_bound, w_bound, requant)
         if not vnni:
