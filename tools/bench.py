@@ -459,10 +459,11 @@ def checks_table(results: list[dict]) -> list[str]:
         one, many = r["threads"][1], r["threads"][most]
         tlc_up = one["tlc -O2"]["median_ms"] / many["tlc -O2"]["median_ms"]
         ort_up = one["ORT all"]["median_ms"] / many["ORT all"]["median_ms"]
-        if tlc_up < 1:
+        slow = round(tlc_up, 2) < 1   # (as shown: x1.00 is not slower)
+        if slow:
             slower.append(r["model"])
         verdict = r.get("plan", {}).get(most, {}).get("threads") or "-"
-        rows.append(f"| {r['model']} | x{tlc_up:.2f}{' <' if tlc_up < 1 else ''} | x{ort_up:.2f} | {verdict} |")
+        rows.append(f"| {r['model']} | x{tlc_up:.2f}{' <' if slow else ''} | x{ort_up:.2f} | {verdict} |")
     lines.append(f"- slower at {most} threads than at 1: {', '.join(slower) or 'none'}")
     return lines + rows + [""]
 
