@@ -108,6 +108,18 @@ def _splat(b: ir.IRBuilder, value, lanes_type: ir.VectorType):
     return b.shuffle_vector(one, ir.Constant(lanes_type, None), ir.Constant(ir.VectorType(_i32, LANES), [0] * LANES))
 
 
+def _joined(b: ir.IRBuilder, first: list, first_block, second: list, second_block) -> list:
+    """Where two arms meet (an ``if_then`` and the way around it): a phi per pair of values, ``first[i]`` when
+    control came from ``first_block``, ``second[i]`` from ``second_block``."""
+    joined = []
+    for one, other in zip(first, second, strict=True):
+        phi = b.phi(one.type)
+        phi.add_incoming(one, first_block)
+        phi.add_incoming(other, second_block)
+        joined.append(phi)
+    return joined
+
+
 class _Emitter:
     """The IR of ``tlc_panel``: loops as blocks with phi nodes."""
 
@@ -254,12 +266,7 @@ class _Emitter:
                                          ir.Constant(_i32, 4), self.masks[half], ir.Constant(_vec, None)])
                       for half in range(2)]
             with_bias = b.block
-        self.column_init = []
-        for half in range(2):
-            phi = b.phi(_vec)
-            phi.add_incoming(ir.Constant(_vec, None), start)
-            phi.add_incoming(loaded[half], with_bias)
-            self.column_init.append(phi)
+        self.column_init = _joined(b, [ir.Constant(_vec, None)] * 2, start, loaded, with_bias)
         self.tiles(wp, col, reads, halves, masked)
 
     def tiles(self, wp, col, reads: str, halves: int, masked: bool) -> None:
@@ -322,13 +329,7 @@ class _Emitter:
                            if masked else b.load(at, align=4))
                     summed.append(b.fadd(init[halves * a + half], old))
             added = b.block
-        merged = []
-        for value, plus in zip(init, summed, strict=True):
-            phi = b.phi(_vec)
-            phi.add_incoming(value, start)
-            phi.add_incoming(plus, added)
-            merged.append(phi)
-        return merged
+        return _joined(b, init, start, summed, added)
 
     def tile(self, wp, col, r0, height: int, reads: str, halves: int, masked: bool) -> None:
         """Rows [r0, r0 + height) of the panel at ``wp`` in ``halves`` vectors a row (2; 1 where the panel holds
@@ -340,12 +341,7 @@ class _Emitter:
             loaded = [_splat(b, b.load(b.gep(self.bias, [b.add(r0, _const(a))]), align=4), _vec)
                       for a in range(height)]
             with_bias = b.block
-        rows = []
-        for a in range(height):
-            phi = b.phi(_vec)
-            phi.add_incoming(ir.Constant(_vec, None), start)
-            phi.add_incoming(loaded[a], with_bias)
-            rows.append(phi)
+        rows = _joined(b, [ir.Constant(_vec, None)] * height, start, loaded, with_bias)
         init = [b.fadd(row, self.column_init[half]) for row in rows for half in range(halves)]   # one is zero
         if reads == "streams":   # (the only loops that take ACCUMULATE: a module ~10% larger for each other)
             init = self.accumulated(init, r0, col, height, halves, masked)
@@ -667,10 +663,7 @@ class _DepthwiseEmitter:
                     else:
                         summed = b.call(self.fma, [v, self.taps[3 * ki + kj], summed])
                 done = b.block
-            merged = b.phi(_vec)
-            merged.add_incoming(acc, before)
-            merged.add_incoming(summed, done)
-            acc = merged
+            (acc,) = _joined(b, [acc], before, [summed], done)
         at = b.bitcast(b.gep(self.out, [b.add(b.mul(oh, self.wo), j0)]), _vec.as_pointer())
         b.call(self.store, [acc if pool else _clamped(b, acc, self.clamp_bounds), at, ir.Constant(_i32, 4), keep])
 

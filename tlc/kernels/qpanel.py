@@ -42,7 +42,7 @@ from llvmlite import ir
 from numba import cfunc, njit, types
 
 from . import irjit, panel
-from .panel import _const, _Emitter, _splat
+from .panel import _const, _Emitter, _joined, _splat
 
 #: columns of C a panel (four 16-lane vectors) and rows a tile: 24 accumulators, the panel row's four vectors and
 #: a broadcast within AVX-512's 32 registers
@@ -209,12 +209,7 @@ class _Emitter8:
         with b.if_then(b.icmp_signed("!=", self.tail, _const(0))):
             tailed = self.group(acc, rows, self.groups, True)
             done = b.block
-        final = []
-        for old, value in zip(acc, tailed, strict=True):
-            phi = b.phi(_vec)
-            phi.add_incoming(old, before)
-            phi.add_incoming(value, done)
-            final.append(phi)
+        final = _joined(b, acc, before, tailed, done)
         vp = _vec.as_pointer()
         for a in range(height):
             out = b.gep(self.cp, [b.add(b.mul(b.add(r0, _const(a)), self.ldc), self.col)])
