@@ -26,6 +26,11 @@ RANK = 4
 ALIASING_STRIDE = 1024
 
 
+def _element_strides(shape: tuple[int, ...]) -> list[int]:
+    """A C-contiguous array's strides in elements."""
+    return [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(len(shape))]
+
+
 def plan(shape: tuple[int, ...], perm: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], ...] | None:
     """(output shape, input element strides, output element strides), each as four axes reordered so that the
     axis the input is contiguous along comes third and the output's last one fourth; None where numpy's copy
@@ -34,7 +39,7 @@ def plan(shape: tuple[int, ...], perm: tuple[int, ...], itemsize: int) -> tuple[
     n = len(shape)
     if n < 2 or n > RANK or perm[-1] == n - 1:
         return None
-    in_strides = [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(n)]
+    in_strides = _element_strides(shape)
     if (in_strides[perm[-1]] * itemsize) % ALIASING_STRIDE:
         return None
     out_shape = [shape[p] for p in perm]
@@ -78,7 +83,7 @@ def rows_plan(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[tuple[int,
     n = len(shape)
     if n < 2 or n > ROWS_RANK + 1 or perm[-1] != n - 1 or list(perm) == list(range(n)):
         return None
-    in_strides = [int(np.prod(shape[k + 1:], dtype=np.int64)) for k in range(n)]
+    in_strides = _element_strides(shape)
     lead = [shape[p] for p in perm[:-1]]
     src = [in_strides[p] for p in perm[:-1]]
     pad = ROWS_RANK - len(lead)
