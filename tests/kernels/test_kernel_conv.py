@@ -249,10 +249,11 @@ def test_pooling_matches_the_reference(dtype):
                 work = [np.empty(s, dtype) for s in lib_pool.workspace(lgeo)]
                 out = lib_pool.max_pool(xc, np.empty(expected.shape, dtype), lgeo, work)
                 np.testing.assert_allclose(out, expected, rtol=1e-6, err_msg=f"numpy taps {attrs}")
-    for is_max, reduce in ((True, np.max), (False, np.mean)):
-        out = np.empty(6, dtype)
-        K.global_pool_run(x.reshape(6, -1), out, is_max, 2)
-        np.testing.assert_allclose(out, reduce(x.reshape(6, -1), axis=1), rtol=1e-6)
+    for is_max, reduce in ((True, np.max), (False, np.mean)):   # the global pools as the plan calls them
+        for run, parts in ((K.global_pool_serial, ()), (K.global_pool_parallel, (2,))):
+            out = np.empty(x.shape[:2] + (1, 1), dtype)
+            run(x, out, is_max, *parts)
+            np.testing.assert_allclose(out, reduce(x, axis=(2, 3), keepdims=True), rtol=1e-6)
 
 
 def test_column_tiles_match_the_reference(monkeypatch):

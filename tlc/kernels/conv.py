@@ -45,7 +45,7 @@ family; today the channels-last convolution (``tlc.ConvNhwc``) still runs on its
 
 Pooling (max, average, with padding, strides, dilations) runs per (image, channel) plane on the plane's stride
 phases, as depthwise does: ``pool_run(x, geo, divisor, out, scratch, nparts)``; global pooling is a plane
-reduction, ``global_pool_run``.
+reduction, ``global_pool_serial`` (or ``global_pool_parallel`` in parts), called by the plan itself.
 """
 
 from __future__ import annotations
@@ -2535,12 +2535,3 @@ def global_pool_parallel(x, out, is_max, nparts):
     flat_in, flat_out = x.reshape((planes, x.size // planes)), out.reshape(planes)
     for p in prange(nparts):
         global_pool_planes(flat_in, flat_out, is_max, planes * p // nparts, planes * (p + 1) // nparts)
-
-
-def global_pool_run(x, out, is_max: bool, nparts: int) -> None:
-    """A global pool of x into out (``global_pool_serial``) in ``nparts`` parts."""
-    if nparts > 1:
-        global_pool_parallel(x, out, is_max, nparts)
-    else:
-        global_pool_serial(x, out, is_max)
-
