@@ -420,6 +420,22 @@ def test_recover_int8_only_when_exact(rng):
 
 
 # ---------------------------------------------------------------------------- the QDQ model
+def test_qdq_convnet_s_convs_run_in_parts_at_batch_8_and_whole_at_batch_1():
+    """At 2 threads the QDQ net's VNNI convs take parts from ``VNNI_PARALLEL_MIN_MACS`` (its 3 -> 16 3x3 at batch
+    8: 3.5M multiply-adds, ~100 us) and its depthwise conv from ``QDW_PARALLEL_MIN_MACS`` (0.6M at batch 8), with
+    the one-thread plan's very integers; at batch 1 (0.4M and 74K) they stay whole."""
+    for batch, parts in ((8, 2), (1, 1)):
+        model = models.qdq_convnet(batch=batch)
+        feeds = models.random_feeds(model, batch)
+        graph = from_onnx(model)[0]
+        plans = [tlc.compile(graph, opt_level=2, jit="eager", num_threads=t) for t in (1, 2)]
+        one, two = (p.run(feeds)["y"] for p in plans)
+        np.testing.assert_array_equal(two, one)
+        notes = [s.notes[0] for s in plans[1].stats().steps if s.op == "QLinearConv"]
+        assert len(notes) == 4 and sum(f"{parts} part(s)" in n for n in notes) >= 3, notes
+        assert any(f"depthwise int32 kernel, {parts} part(s)" in n for n in notes), notes
+
+
 def test_qdq_convnet_runs_as_integers_and_matches_onnxruntime():
     ort = pytest.importorskip("onnxruntime")
     model = models.qdq_convnet(small=True)
