@@ -123,6 +123,10 @@ def test_exported_nhwc_graph_runs_in_onnxruntime_and_reimports(rng, tmp_path):
     names = sorted(f.name.split("_")[0] for f in model.functions)
     assert {"ConvNhwc", "MaxPoolNhwc", "AveragePoolNhwc", "GlobalAveragePoolNhwc", "Fused"} <= set(names)
     np.testing.assert_allclose(_ort_run(optimized, feeds)["y"], want, rtol=1e-4, atol=1e-5)
+    plan = tlc.compile(optimized, opt_level=0, jit="eager")  # the global pool: the axes kernel on [N, H * W, C]
+    np.testing.assert_allclose(plan.run(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+    pools = [s.notes for s in plan.stats().steps if s.op.endswith("GlobalAveragePoolNhwc")]
+    assert pools == [["axes kernel, 1 part(s)"]]
     path = tmp_path / "nhwc.onnx"
     tlc.save(optimized, path)
     back = tlc.load(path)                   # the twins come back as Transpose + ONNX op + Transpose

@@ -294,3 +294,47 @@ def test_a_transpose_of_whole_rows_copies_rows(shape, perm, dtype, note, rng):
     if note == "rows in 2 parts" and plan.options.threads < 2:
         note = "rows"
     assert plan.stats().steps[0].notes == ([note] if note else [])
+
+
+def test_reductions_over_adjacent_axes_run_the_axes_kernel(rng):
+    """ReduceSum/Mean/Max/Min/Prod over one run of adjacent axes: ``tlc.kernels.reduce`` (rows where the last axes
+    go, rows accumulated into the output row otherwise), in parts over the outputs at 2 threads; other axes stay
+    numpy's. One plan, several reductions, against onnxruntime, twice on one arena; NaN as numpy's max/min."""
+    from tlc.kernels import reduce as kreduce
+
+    x = rng.standard_normal((4, 32, 8, 64), dtype=np.float32)
+    near_one = (1 + 0.01 * rng.standard_normal((6, 5, 9))).astype(np.float32)
+    two, one = "axes kernel, 2 part(s)", "axes kernel, 1 part(s)"
+    cases = [("ReduceMean", "x", [1], 1, two), ("ReduceSum", "x", [1, 2], 0, two), ("ReduceMax", "x", [2, 3], 1, two),
+             ("ReduceMin", "x", [0], 0, two), ("ReduceMean", "x", [0, 1, 2, 3], 0, one),
+             ("ReduceProd", "p", [2], 1, one), ("ReduceSum", "d", [1], 1, one), ("ReduceMean", "x", [1, 3], 1, None)]
+    nodes = [helper.make_node("Cast", ["p"], ["d"], to=onnx.TensorProto.DOUBLE)]
+    inits, outs = [], []
+    for k, (op, src, axes, keep, _) in enumerate(cases):
+        inits.append(onnx.numpy_helper.from_array(np.array(axes, np.int64), f"axes{k}"))
+        nodes.append(helper.make_node(op, [src, f"axes{k}"], [f"y{k}"], name=f"r{k}", keepdims=keep))
+        elem = onnx.TensorProto.DOUBLE if src == "d" else onnx.TensorProto.FLOAT
+        outs.append(helper.make_tensor_value_info(f"y{k}", elem, None))
+    ins = [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, a.shape) for n, a in (("x", x), ("p", near_one))]
+    graph = helper.make_graph(nodes, "reductions", ins, outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    feeds = {"x": x, "p": near_one}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    plan = tlc.compile(from_onnx(model)[0], opt_level=0, jit="eager", num_threads=2)
+    for _ in range(2):
+        got = plan.run(feeds)
+        for k, w in enumerate(want):
+            np.testing.assert_allclose(got[f"y{k}"], w, rtol=1e-5, atol=1e-5)
+    notes = {s.name: s.notes for s in plan.stats().steps}
+    for k, (*_, note) in enumerate(cases):
+        if note and plan.options.threads < 2:
+            note = note.replace("2 part(s)", "1 part(s)")
+        assert notes[f"r{k}"] == ([note] if note else []), (k, notes[f"r{k}"])
+    # NaN goes through max and min as through numpy's, in rows and in accumulated rows
+    x[1, 3, 2, 5] = np.nan
+    for op, ref in ((kreduce.MAX, np.maximum.reduce), (kreduce.MIN, np.minimum.reduce)):
+        for axes in ((2, 3), (1,)):
+            a, r, b = kreduce.axes_view(x.shape, list(axes))
+            out = np.empty(a * b, np.float32)
+            kreduce.reduce_serial(x, out, r, b, op)
+            np.testing.assert_array_equal(out, ref(x, axis=axes).reshape(-1))

@@ -1,11 +1,12 @@
 """Library steps: ops that run as one or a few numpy calls into their planned outputs (no JIT, no reference).
 
 Data movement (views, transposes, concatenation, gathers, slices, splits, pads, expands), reductions over any
-axes, Softmax over a middle axis, inference BatchNormalization, pooling and LRN through numpy, Resize (a gather
-or an interpolation product per axis), 2-D ConvTranspose (GEMM then col2im by strided slices), and a single
-elementwise op evaluated from its scalar expression (the fallback of its native kernel). Every ``bind``
-reads the attributes and the known constant inputs (slice bounds, axes, pads, scales, weights) once, for one input-shape
-signature, so a run makes only the numpy calls.
+axes (over one run of adjacent axes ``tlc.kernels.reduce``'s kernel), Softmax over a middle axis, inference
+BatchNormalization, pooling and LRN through numpy, Resize (a gather or an interpolation product per axis), 2-D
+ConvTranspose (GEMM then col2im by strided slices), and a single elementwise op evaluated from its scalar
+expression (the fallback of its native kernel). Every ``bind`` reads the attributes and the known constant inputs
+(slice bounds, axes, pads, scales, weights) once, for one input-shape signature, so a run makes only the numpy
+calls.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..ir.types import np_dtype
 from ..kernels import conv as kconv
 from ..kernels import gemm, lib_conv_nhwc, lib_pool, lib_pool_nhwc, resample
 from ..kernels import recurrent as krec
+from ..kernels import reduce as kreduce
 from ..kernels import transpose as ktranspose
 from ..ops import conv as conv_ops
 from ..ops import dims as op_dims
@@ -379,7 +381,31 @@ class ReduceImpl(StepImpl):
         if any(x[a] == 0 for a in axes) and self.op in ("ReduceMax", "ReduceMin"):
             raise NotNative("an empty max/min reduction")
         kept = tuple(1 if a in axes else d for a, d in enumerate(x))
-        return Bound([Call(reduce_into, (self.reducer, V(ctx.inputs[0]), tuple(axes), kept, V(ctx.outputs[0])))])
+        fallback = [Call(reduce_into, (self.reducer, V(ctx.inputs[0]), tuple(axes), kept, V(ctx.outputs[0])))]
+        view = kreduce.axes_view(tuple(x), axes)
+        dtype = ctx.out_dtype()
+        if view is None or view[1] == 0 or not ctx.options.jit_enabled or dtype not in (np.float32, np.float64) \
+                or not ctx.contiguous(0):
+            return Bound(fallback)
+        return _axes_reduction(ctx, kreduce.CODES[self.op], view, fallback)
+
+
+def _axes_reduction(ctx: BindContext, op: int, view: tuple[int, int, int], fallback: list[Call]) -> Bound:
+    """``tlc.kernels.reduce``'s kernel for x viewed [A, R, B] reduced over R (in parts over the outputs from ~64K
+    elements at several threads); the runner calls the compiled function's entry point."""
+    a, r, b = view
+    nparts = _plane_parts(a * r * b, a * b, ctx.threads)
+    run, args = (kreduce.reduce_parallel, (r, b, op, nparts)) if nparts > 1 else \
+        (kreduce.reduce_serial, (r, b, op))
+    native = [Call(run, (V(ctx.inputs[0]), V(ctx.outputs[0])) + args)]
+    dtype, in_rank, out_rank = ctx.out_dtype(), len(ctx.in_shapes()[0]), len(ctx.out_shapes()[0])
+
+    def build(alias):
+        run(np.ones((1,) * in_rank, dtype), np.zeros((1,) * out_rank, dtype), 1, 1, op, *args[3:])
+        return "axes reduction"
+
+    return Bound(fallback, mode="native", note=f"axes kernel, {nparts} part(s)",
+                 request=KernelRequest("axes reduction", build, lambda kern, alias: native))
 
 
 def arg_into(pick, x: np.ndarray, axis: int, last: bool, kept: tuple[int, ...], out: np.ndarray) -> None:
@@ -692,13 +718,22 @@ def global_pool_nhwc_into(x: np.ndarray, reduce, out: np.ndarray) -> None:
 
 
 class GlobalPoolNhwcImpl(StepImpl):
+    """A channels-last global pool: ``tlc.kernels.reduce``'s kernel on x viewed [N, H * W, C] (numpy's otherwise)."""
+
     def __init__(self, reduce: str):
         self.reduce = np.mean if reduce == "mean" else np.max
-        self.reason = f"numpy {reduce} over the spatial axes"
+        self.code = kreduce.MEAN if reduce == "mean" else kreduce.MAX
+        self.reason = f"{reduce} over the spatial axes"
 
     def bind(self, ctx: BindContext) -> Bound:
+        (x,) = ctx.in_shapes()[:1]
         ctx.out_shapes()
-        return Bound([Call(global_pool_nhwc_into, (V(ctx.inputs[0]), self.reduce, V(ctx.outputs[0])))])
+        fallback = [Call(global_pool_nhwc_into, (V(ctx.inputs[0]), self.reduce, V(ctx.outputs[0])))]
+        view = kreduce.axes_view(tuple(x), list(range(1, len(x) - 1)))
+        if view is None or view[1] == 0 or not ctx.options.jit_enabled \
+                or ctx.out_dtype() not in (np.float32, np.float64) or not ctx.contiguous(0):
+            return Bound(fallback, note="numpy")
+        return _axes_reduction(ctx, self.code, view, fallback)
 
 
 # ---------------------------------------------------------------------------- resampling: Resize, ConvTranspose
