@@ -1,12 +1,17 @@
 """A transposed copy in tiles: ``out = x.transpose(perm)`` into a contiguous ``out`` when the permutation moves
-the input's last axis and numpy's copy would read the input with a stride that is a multiple of 1 KiB.
+the input's last axis and numpy's copy would read the input at a stride that evicts its own lines (``plan``);
+whole rows (``copy_rows``) when it keeps the last axis.
 
 numpy copies such a view in output order, each output row reading one element per input row; at strides that
 are multiples of 1 KiB those reads fall in a few L1 sets and evict each other (BERT's K^T, [1, 128, 12, 64] ->
 [1, 12, 64, 128], a 3 KiB stride: 86 us; MLP-Mixer's [1, 196, 256] -> [1, 256, 196], 1 KiB: 42 us). Here the two
 axes that matter, the output's last one and the one the input is contiguous along, are walked in 16 x 16
-tiles: a tile reads 16 input lines and writes 16 output lines, each whole (36 and 18 us; [1, 512, 1024] 341
-against 1121 us). At other strides numpy's copy is faster (a 784-byte stride: 12.5 against 18 us).
+tiles: a tile reads 16 input lines and writes 16 output lines, each whole. A whole tile runs loops of constant
+length, which LLVM unrolls and vectorizes (written with a branch for the edges inside the tile loops it did
+neither, and lost to numpy's copy at other strides: a 784-byte stride 20.5 against 14.9 us); the edges run
+after the whole tiles. One core, warm caches, against numpy's copy: [1, 196, 256] -> [1, 256, 196] 15.0 against
+46.0 us (the kernel before, a loop with the edges inside the tiles: 33.7), GPT-2's K^T [1, 128, 12, 64] ->
+[1, 12, 64, 128] 30.5 against 86.4 (65.3), ViT's K^T [1, 3, 197, 64] -> [1, 3, 64, 197] 11.6 against 23.8.
 
 ``plan(shape, perm, itemsize)`` says whether a permutation takes this path and with which strides; ``copy``
 runs it (up to four axes: longer ones, rarer, keep numpy's copy).
@@ -20,10 +25,17 @@ from numba import njit, prange
 TILE = 16
 #: axes the kernel walks (shapes of fewer are padded with unit axes in front)
 RANK = 4
-
-
-#: input strides (bytes) of the output's last axis that take the tiles: multiples of this
+#: input strides (bytes) of the output's last axis at which numpy's copy evicts its own lines: tiles at any size
+#: (one core, half the input written by the other core just before, as in a model at two threads: [1, 196, 256]
+#: -> [1, 256, 196] 27.5 us against numpy's 47.7; GPT-2's K^T [1, 128, 12, 64] 53 against 88; at batch 8 224
+#: against 391)
 ALIASING_STRIDE = 1024
+#: ... and multiples of this in arrays up to ``SMALL_BYTES`` (ViT's K^T [1, 3, 197, 64], a 256-byte stride: 13 us
+#: against 27 in the model at two threads). Larger ones ran slower in tiles (ViT's K^T at batch 8, 700 against
+#: 440 us in the model), as did a 784-byte stride whose input the other core had written (MLP-Mixer's [1, 256,
+#: 196] -> [1, 196, 256]: 35 against 25 us; numpy's walk down a column is its good case there)
+SMALL_ALIASING_STRIDE = 256
+SMALL_BYTES = 256 << 10
 
 
 def _element_strides(shape: tuple[int, ...]) -> list[int]:
@@ -33,14 +45,17 @@ def _element_strides(shape: tuple[int, ...]) -> list[int]:
 
 def plan(shape: tuple[int, ...], perm: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], ...] | None:
     """(output shape, input element strides, output element strides), each as four axes reordered so that the
-    axis the input is contiguous along comes third and the output's last one fourth; None where numpy's copy
-    is as fast: the permutation keeps the input's last axis last (whole rows), or reads the output's last axis
-    at a stride that is no multiple of ``ALIASING_STRIDE``, or has more than four axes."""
+    axis the input is contiguous along comes third and the output's last one fourth; None where the permutation
+    keeps the input's last axis last (whole rows: ``rows_plan``), has more than four axes, or reads the output's
+    last axis at a stride that is no multiple of ``ALIASING_STRIDE`` (of ``SMALL_ALIASING_STRIDE`` in an array of
+    up to ``SMALL_BYTES``): numpy's copy is as fast there."""
     n = len(shape)
     if n < 2 or n > RANK or perm[-1] == n - 1:
         return None
     in_strides = _element_strides(shape)
-    if (in_strides[perm[-1]] * itemsize) % ALIASING_STRIDE:
+    stride = in_strides[perm[-1]] * itemsize
+    small = int(np.prod(shape, dtype=np.int64)) * itemsize <= SMALL_BYTES
+    if stride % (SMALL_ALIASING_STRIDE if small else ALIASING_STRIDE):
         return None
     out_shape = [shape[p] for p in perm]
     src = [in_strides[p] for p in perm]                       # input stride of each output axis
@@ -54,21 +69,27 @@ def plan(shape: tuple[int, ...], perm: tuple[int, ...], itemsize: int) -> tuple[
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def copy(x, out, shape, src, dst):
-    """``out`` (flat) from ``x`` (flat) by ``plan``'s reordered axes: tiles of TILE x TILE over the last two."""
+    """``out`` (flat) from ``x`` (flat) by ``plan``'s reordered axes: tiles of TILE x TILE over the last two (the
+    input contiguous along the third, ``src[2] == 1``; the output along the fourth, ``dst[3] == 1``). A whole tile
+    runs loops of constant length with those unit strides written in, so LLVM unrolls and vectorizes them;
+    the edges take the general loops."""
     n0, n1, n2, n3 = shape[0], shape[1], shape[2], shape[3]
+    s3, d2 = src[3], dst[2]
+    f2, f3 = n2 - n2 % TILE, n3 - n3 % TILE      # the whole tiles end here
     for i0 in range(n0):
         for i1 in range(n1):
             bi = i0 * src[0] + i1 * src[1]
             bo = i0 * dst[0] + i1 * dst[1]
-            for t2 in range(0, n2, TILE):
-                e2 = min(t2 + TILE, n2)
-                for t3 in range(0, n3, TILE):
-                    e3 = min(t3 + TILE, n3)
-                    for i2 in range(t2, e2):
-                        ri = bi + i2 * src[2]
-                        ro = bo + i2 * dst[2]
-                        for i3 in range(t3, e3):
-                            out[np.uint64(ro + i3 * dst[3])] = x[np.uint64(ri + i3 * src[3])]
+            for t2 in range(0, f2, TILE):
+                for t3 in range(0, f3, TILE):
+                    ti = bi + t2 + t3 * s3
+                    to = bo + t2 * d2 + t3
+                    for i2 in range(TILE):
+                        for i3 in range(TILE):
+                            out[np.uint64(to + i2 * d2 + i3)] = x[np.uint64(ti + i2 + i3 * s3)]
+            for i2 in range(n2):                 # the edges: the last columns of every row, the last rows
+                for i3 in range(f3 if i2 < f2 else 0, n3):
+                    out[np.uint64(bo + i2 * d2 + i3)] = x[np.uint64(bi + i2 + i3 * s3)]
 
 
 # ---------------------------------------------------------------------------- whole rows, in parts

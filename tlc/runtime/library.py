@@ -82,8 +82,8 @@ ROW_COPY_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int64, 
 
 
 class TransposeImpl(StepImpl):
-    """A transposed copy: numpy's, or ``tlc.kernels.transpose``'s tiles where numpy's reads the input at a stride
-    that evicts its own lines (a multiple of 1 KiB: BERT's K^T, MLP-Mixer's token mixing)."""
+    """A transposed copy: ``tlc.kernels.transpose``'s tiles where the last axis moves (small arrays, and numpy's
+    bad strides: ``ktranspose.plan``), its rows where it stays; numpy's copy otherwise."""
 
     reason = "numpy copy of a transposed view"
 
