@@ -90,6 +90,7 @@ class Bound:
     workspace: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
     writes_outputs: bool = True           # False: returns arrays of its own (views, reference results)
     inplace: bool = False                 # elementwise: an output may take the buffer of an input dying here
+    donors: tuple[int, ...] | None = None   # with ``inplace``: the input ports that may give it (None: any)
     request: KernelRequest | None = None  # a native kernel to compile; ``calls`` run until it is ready
     out_strides: list[tuple[int, ...] | None] | None = None   # view steps: the strides of each output
     blas: bool = False                    # calls BLAS (the run then sets BLAS to one thread)

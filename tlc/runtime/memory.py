@@ -38,6 +38,7 @@ class StepSpec:
     inplace: bool
     workspace: list[tuple[tuple[int, ...], np.dtype]]
     joins: bool = False          # its inputs may be written in place as consecutive ranges of its one output
+    donors: tuple[int, ...] | None = None   # with ``inplace``: the input ports that may give an output their slot
 
 
 @dataclass
@@ -203,8 +204,11 @@ def _last_uses(steps: list[StepSpec], num_values: int, outputs: set[int]) -> lis
 
 def _inplace_donor(t: int, st: StepSpec, o: int, types, roots, buffer_end, plan: MemoryPlan,
                    taken: set[int]) -> int | None:
-    """An input of step ``t`` whose slot output ``o`` may take over, or None."""
-    for i in st.inputs:
+    """An input of step ``t`` (at one of its ``donors`` ports, where it names them) whose slot output ``o`` may
+    take over, or None."""
+    for port, i in enumerate(st.inputs):
+        if st.donors is not None and port not in st.donors:
+            continue
         if i >= len(types) or roots[i] != frozenset({i}) or i not in plan.placement:
             continue
         if buffer_end[i] != t or types[i] != types[o] or plan.placement[i] in taken:

@@ -483,9 +483,9 @@ class EpilogueImpl(StepImpl):
         bound.workspace, bound.blas = work, True
         if residual is not None:   # the kernel adds the output's values: the residual, in place or copied there
             request, out, res = bound.request, V(ctx.outputs[0]), V(ctx.inputs[residual])
-            # in place only where no other input could be given the output's slot: the memory plan picks any
-            # input of the output's type that dies here (a 16 -> 16 conv's own input would be overwritten)
-            bound.inplace = not any(t == ctx.out_types[0] for p, t in enumerate(ctx.in_types) if p != residual)
+            # in place where the residual dies here: only its port may give the output its slot (a 16 -> 16
+            # conv's own input, of the output's type too, would be overwritten while the kernel reads it)
+            bound.inplace, bound.donors = True, (residual,)
 
             def calls(kernel, alias):
                 taken = alias is not None and alias[0] == residual

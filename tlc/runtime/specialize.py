@@ -87,7 +87,7 @@ class Specialization:
         graph_outputs = {v for _, v in program.outputs if v not in self.known}
         self.memory: MemoryPlan = plan_memory(
             [StepSpec(a.step.inputs, a.step.outputs, a.bound.writes_outputs, a.bound.inplace, a.bound.workspace,
-                      a.bound.joins) for a in self.active], types, graph_outputs)
+                      a.bound.joins, a.bound.donors) for a in self.active], types, graph_outputs)
         for t in self.memory.joined:   # its producers wrote its inputs where its output lies: nothing to run
             self.active[t].bound = Bound([], mode="view", note="its inputs are written in place as its output's "
                                                               "ranges: no copy")
