@@ -338,3 +338,37 @@ def test_reductions_over_adjacent_axes_run_the_axes_kernel(rng):
             out = np.empty(a * b, np.float32)
             kreduce.reduce_serial(x, out, r, b, op)
             np.testing.assert_array_equal(out, ref(x, axis=axes).reshape(-1))
+
+
+def test_concat_and_split_copy_blocks_of_rows(rng):
+    """A Concat that the memory plan cannot join (a batch of 2: the inputs are no ranges of the output) and a Split
+    along a later axis copy blocks of rows (``tlc.kernels.transpose.copy_block``), in two parts from 256 KiB at 2
+    threads; float32 and int64, a constant input, an empty part, -1 axes; against onnxruntime, twice on one arena."""
+    big = rng.standard_normal((2, 40, 64, 64), dtype=np.float32)          # 1.3 MB: two parts; small 0.8
+    small = rng.standard_normal((2, 24, 64, 64), dtype=np.float32)
+    ints = rng.integers(-5, 5, (3, 7, 5), dtype=np.int64)
+    const = onnx.numpy_helper.from_array(np.arange(3 * 2 * 5, dtype=np.int64).reshape(3, 2, 5), "k")
+    sizes = onnx.numpy_helper.from_array(np.array([10, 0, 54], np.int64), "sizes")
+    nodes = [helper.make_node("Concat", ["big", "small"], ["cat"], name="cat", axis=1),
+             helper.make_node("Split", ["cat", "sizes"], ["s0", "s1", "s2"], name="split", axis=1),
+             helper.make_node("Concat", ["ints", "k", "ints"], ["icat"], name="icat", axis=-2),
+             helper.make_node("Split", ["icat"], ["i0", "i1"], name="isplit", axis=-1, num_outputs=2)]
+    elem = {np.float32: onnx.TensorProto.FLOAT, np.int64: onnx.TensorProto.INT64}
+    graph = helper.make_graph(
+        nodes, "blocks", [helper.make_tensor_value_info(n, elem[a.dtype.type], a.shape)
+                          for n, a in (("big", big), ("small", small), ("ints", ints))],
+        [helper.make_tensor_value_info(n, elem[t], None) for n, t in
+         (("cat", np.float32), ("s0", np.float32), ("s1", np.float32), ("s2", np.float32), ("icat", np.int64),
+          ("i0", np.int64), ("i1", np.int64))], [const, sizes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    feeds = {"big": big, "small": small, "ints": ints}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    plan = tlc.compile(from_onnx(model)[0], opt_level=0, jit="eager", num_threads=2)
+    for _ in range(2):
+        got = plan.run(feeds)
+        for name, w in want.items():
+            np.testing.assert_array_equal(got[name], w, err_msg=name)
+    notes = {s.name: s.notes for s in plan.stats().steps}
+    two = "blocks of rows, in 2 parts" if plan.options.threads >= 2 else "blocks of rows"
+    assert notes == {"cat": [two], "split": [two], "icat": ["blocks of rows"], "isplit": ["blocks of rows"]}

@@ -146,3 +146,28 @@ def copy_rows_parallel(x, out, shape, src, row, nparts):
     rows = out.size // row
     for p in prange(nparts):
         copy_rows(x, out, shape, src, row, rows * p // nparts, rows * (p + 1) // nparts)
+
+
+# ---------------------------------------------------------------------------- blocks: Concat, Split
+@njit(cache=True, nogil=True, boundscheck=False)
+def copy_block(x, out, width, x_stride, x_off, out_stride, out_off, lo, hi):
+    """Elements [lo, hi) (row-major) of a block of rows of ``width`` elements from ``x`` (flat; row r at ``x_off +
+    r * x_stride``) to ``out`` (flat; row r at ``out_off + r * out_stride``): a Concat's input into its range of
+    every row of the output, a Split's range of every row of the input into an output."""
+    r, j = lo // width, lo % width
+    while lo < hi:
+        n = min(width - j, hi - lo)
+        src, dst = x_off + r * x_stride + j, out_off + r * out_stride + j
+        for k in range(n):   # (unsigned indices: the loop vectorizes)
+            out[np.uint64(dst + k)] = x[np.uint64(src + k)]
+        lo += n
+        r += 1
+        j = 0
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def copy_block_parallel(x, out, width, x_stride, x_off, out_stride, out_off, total, nparts):
+    """``copy_block`` of a block's ``total`` elements, in ``nparts`` runs on the pool."""
+    for p in prange(nparts):
+        copy_block(x, out, width, x_stride, x_off, out_stride, out_off, total * p // nparts,
+                   total * (p + 1) // nparts)
