@@ -68,10 +68,12 @@ def transpose_into(x: np.ndarray, perm: tuple[int, ...] | None, out: np.ndarray)
     np.copyto(out, x.transpose(perm))
 
 
-def _warm_transpose(dtype) -> str:
-    """Compile the tiled transposed copy for ``dtype`` (on the JIT thread)."""
+def _warm_transpose(dtype, nparts: int = 1) -> str:
+    """Compile the tiled transposed copy for ``dtype`` (on the JIT thread), in parts where ``nparts`` > 1."""
     one = np.ones(ktranspose.RANK, np.int64)
     ktranspose.copy(np.zeros(1, dtype), np.zeros(1, dtype), one, one * 0, one * 0)
+    if nparts > 1:
+        ktranspose.copy_parallel(np.zeros(1, dtype), np.zeros(1, dtype), one, one * 0, one * 0, nparts)
     return "transpose"
 
 
@@ -86,8 +88,9 @@ PARALLEL_BLOCK_BYTES = 1 << 18
 
 
 class TransposeImpl(StepImpl):
-    """A transposed copy: ``tlc.kernels.transpose``'s tiles where the last axis moves (small arrays, and numpy's
-    bad strides: ``ktranspose.plan``), its rows where it stays; numpy's copy otherwise."""
+    """A transposed copy: ``tlc.kernels.transpose``'s tiles where the last axis moves (numpy's bad strides, and
+    large arrays in parts at several threads: ``ktranspose.plan``), its rows where it stays; numpy's copy
+    otherwise."""
 
     reason = "numpy copy of a transposed view"
 
@@ -100,14 +103,16 @@ class TransposeImpl(StepImpl):
         fallback = [Call(transpose_into, (V(ctx.inputs[0]), self.perm, V(ctx.outputs[0])))]
         dtype = ctx.out_dtype()
         perm = self.perm or tuple(reversed(range(len(x))))
-        tiles = ktranspose.plan(tuple(x), perm, dtype.itemsize) \
+        tiles = ktranspose.plan(tuple(x), perm, dtype.itemsize, ctx.threads) \
             if ctx.options.jit_enabled and ctx.contiguous(0) and dtype in (np.float32, np.float64) else None
         if tiles is None:
             return self._rows(ctx, x, perm, dtype, fallback)
-        native = [Call(ktranspose.copy, (F(ctx.inputs[0]), F(ctx.outputs[0])) +
-                       tuple(np.array(a, np.int64) for a in tiles))]
-        return Bound(fallback, mode="native", note="tiles of 16 x 16",
-                     request=KernelRequest("transpose", lambda alias: _warm_transpose(dtype),
+        *walk, nparts = tiles
+        args = (F(ctx.inputs[0]), F(ctx.outputs[0])) + tuple(np.array(a, np.int64) for a in walk)
+        native = [Call(ktranspose.copy_parallel, args + (nparts,)) if nparts > 1 else Call(ktranspose.copy, args)]
+        note = "tiles of 16 x 16" + (f" in {nparts} parts" if nparts > 1 else "")
+        return Bound(fallback, mode="native", note=note,
+                     request=KernelRequest("transpose", lambda alias: _warm_transpose(dtype, nparts),
                                            lambda kern, alias: native))
 
     @staticmethod
