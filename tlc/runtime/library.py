@@ -196,14 +196,16 @@ def _block_copies(ctx: BindContext, blocks: list[tuple[int, int, int, int, int, 
             native.append(Call(ktranspose.copy_block, (x, out, width, x_stride, x_off, out_stride, out_off, 0,
                                                        total)))
 
+    most = max(parts, default=1)
+
     def build(alias):
         one = np.zeros(1, dtype)
         ktranspose.copy_block(one, one.copy(), 1, 1, 0, 1, 0, 0, 1)
-        if max(parts, default=1) > 1:
+        if most > 1:
             ktranspose.copy_block_parallel(one, one.copy(), 1, 1, 0, 1, 0, 1, 2)
         return what
 
-    note = f"blocks of rows{', in ' + str(max(parts)) + ' parts' if max(parts, default=1) > 1 else ''}"
+    note = "blocks of rows" + (f", in {most} parts" if most > 1 else "")
     return Bound(fallback, mode="native", note=note,
                  request=KernelRequest(what, build, lambda kern, alias: native), **bound)
 
@@ -444,26 +446,28 @@ class ReduceImpl(StepImpl):
             raise NotNative("an empty max/min reduction")
         kept = tuple(1 if a in axes else d for a, d in enumerate(x))
         fallback = [Call(reduce_into, (self.reducer, V(ctx.inputs[0]), tuple(axes), kept, V(ctx.outputs[0])))]
-        view = kreduce.axes_view(tuple(x), axes)
-        dtype = ctx.out_dtype()
-        if view is None or view[1] == 0 or not ctx.options.jit_enabled or dtype not in (np.float32, np.float64) \
-                or not ctx.contiguous(0):
-            return Bound(fallback)
-        return _axes_reduction(ctx, kreduce.CODES[self.op], view, fallback)
+        return _axes_reduction(ctx, kreduce.CODES[self.op], axes, Bound(fallback))
 
 
-def _axes_reduction(ctx: BindContext, op: int, view: tuple[int, int, int], fallback: list[Call]) -> Bound:
-    """``tlc.kernels.reduce``'s kernel for x viewed [A, R, B] reduced over R (in parts over the outputs from ~64K
-    elements at several threads); the runner calls the compiled function's entry point."""
+def _axes_reduction(ctx: BindContext, op: int, axes: list[int], fallback: Bound) -> Bound:
+    """``tlc.kernels.reduce``'s kernel for the input reduced over ``axes`` (sorted), viewed [A, R, B] (in parts over
+    the outputs from ~64K elements at several threads; the runner calls the compiled function's entry point);
+    ``fallback`` where the axes are no one run, R is 0, the JIT is off, the dtype no float or the input strided."""
+    x = ctx.in_shapes()[0]
+    view = kreduce.axes_view(tuple(x), axes)
+    dtype = ctx.out_dtype()
+    if view is None or view[1] == 0 or not ctx.options.jit_enabled or dtype not in (np.float32, np.float64) \
+            or not ctx.contiguous(0):
+        return fallback
     a, r, b = view
     nparts = _plane_parts(a * r * b, a * b, ctx.threads)
-    run, args = (kreduce.reduce_parallel, (r, b, op, nparts)) if nparts > 1 else \
-        (kreduce.reduce_serial, (r, b, op))
-    native = [Call(run, (V(ctx.inputs[0]), V(ctx.outputs[0])) + args)]
-    dtype, in_rank, out_rank = ctx.out_dtype(), len(ctx.in_shapes()[0]), len(ctx.out_shapes()[0])
+    parts = (nparts,) if nparts > 1 else ()
+    run = kreduce.reduce_parallel if nparts > 1 else kreduce.reduce_serial
+    native = [Call(run, (V(ctx.inputs[0]), V(ctx.outputs[0]), r, b, op) + parts)]
+    in_rank, out_rank = len(x), len(ctx.out_shapes()[0])
 
     def build(alias):
-        run(np.ones((1,) * in_rank, dtype), np.zeros((1,) * out_rank, dtype), 1, 1, op, *args[3:])
+        run(np.ones((1,) * in_rank, dtype), np.zeros((1,) * out_rank, dtype), 1, 1, op, *parts)
         return "axes reduction"
 
     return Bound(fallback, mode="native", note=f"axes kernel, {nparts} part(s)",
@@ -791,11 +795,7 @@ class GlobalPoolNhwcImpl(StepImpl):
         (x,) = ctx.in_shapes()[:1]
         ctx.out_shapes()
         fallback = [Call(global_pool_nhwc_into, (V(ctx.inputs[0]), self.reduce, V(ctx.outputs[0])))]
-        view = kreduce.axes_view(tuple(x), list(range(1, len(x) - 1)))
-        if view is None or view[1] == 0 or not ctx.options.jit_enabled \
-                or ctx.out_dtype() not in (np.float32, np.float64) or not ctx.contiguous(0):
-            return Bound(fallback, note="numpy")
-        return _axes_reduction(ctx, self.code, view, fallback)
+        return _axes_reduction(ctx, self.code, list(range(1, len(x) - 1)), Bound(fallback, note="numpy"))
 
 
 # ---------------------------------------------------------------------------- resampling: Resize, ConvTranspose
