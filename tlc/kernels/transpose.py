@@ -13,8 +13,10 @@ after the whole tiles. One core, warm caches, against numpy's copy: [1, 196, 256
 46.0 us (the kernel before, a loop with the edges inside the tiles: 33.7), GPT-2's K^T [1, 128, 12, 64] ->
 [1, 12, 64, 128] 30.5 against 86.4 (65.3), ViT's K^T [1, 3, 197, 64] -> [1, 3, 64, 197] 11.6 against 23.8.
 
-``plan(shape, perm, itemsize)`` says whether a permutation takes this path and with which strides; ``copy``
-runs it (up to four axes: longer ones, rarer, keep numpy's copy).
+``plan(shape, perm, itemsize, threads)`` says whether a permutation takes this path, with which strides and in
+how many parts; ``copy`` runs it, ``copy_parallel`` a part a thread over the leading planes (up to four axes:
+longer ones, rarer, keep numpy's copy). The module also holds the copies of whole rows (``copy_rows``: a
+transpose that keeps the last axis) and of blocks of rows (``copy_block``: Concat and Split).
 """
 
 from __future__ import annotations
@@ -102,6 +104,17 @@ def copy(x, out, shape, src, dst):
                     out[np.uint64(bo + i2 * d2 + i3)] = x[np.uint64(bi + i2 + i3 * s3)]
 
 
+@njit(cache=True, nogil=True, parallel=True)
+def copy_parallel(x, out, shape, src, dst, nparts):
+    """``copy`` in ``nparts`` runs of the (i0, i1) planes of ``plan``'s leading axes on the pool."""
+    planes = shape[0] * shape[1]
+    one = np.array([1, 1, shape[2], shape[3]], np.int64)
+    for p in prange(nparts):
+        for q in range(planes * p // nparts, planes * (p + 1) // nparts):
+            i0, i1 = q // shape[1], q % shape[1]
+            copy(x[i0 * src[0] + i1 * src[1]:], out[i0 * dst[0] + i1 * dst[1]:], one, src, dst)
+
+
 # ---------------------------------------------------------------------------- whole rows, in parts
 #: leading axes ``copy_rows`` walks (shapes of fewer are padded with unit axes in front)
 ROWS_RANK = 6
@@ -181,14 +194,3 @@ def copy_block_parallel(x, out, width, x_stride, x_off, out_stride, out_off, tot
     for p in prange(nparts):
         copy_block(x, out, width, x_stride, x_off, out_stride, out_off, total * p // nparts,
                    total * (p + 1) // nparts)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def copy_parallel(x, out, shape, src, dst, nparts):
-    """``copy`` in ``nparts`` runs of the (i0, i1) planes of ``plan``'s leading axes on the pool."""
-    planes = shape[0] * shape[1]
-    one = np.array([1, 1, shape[2], shape[3]], np.int64)
-    for p in prange(nparts):
-        for q in range(planes * p // nparts, planes * (p + 1) // nparts):
-            i0, i1 = q // shape[1], q % shape[1]
-            copy(x[i0 * src[0] + i1 * src[1]:], out[i0 * dst[0] + i1 * dst[1]:], one, src, dst)
