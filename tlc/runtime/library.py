@@ -470,7 +470,7 @@ def _axes_reduction(ctx: BindContext, op: int, axes: list[int], fallback: Bound)
         run(np.ones((1,) * in_rank, dtype), np.zeros((1,) * out_rank, dtype), 1, 1, op, *parts)
         return "axes reduction"
 
-    return Bound(fallback, mode="native", note=f"axes kernel, {nparts} part(s)",
+    return Bound(fallback.calls, mode="native", note=f"axes kernel, {nparts} part(s)",
                  request=KernelRequest("axes reduction", build, lambda kern, alias: native))
 
 
