@@ -15,6 +15,8 @@ from onnx_cases import PASS, CompiledRunner, as_array, quick_cases_for, referenc
 
 import tlc
 from tlc.io.onnx import from_onnx
+from tlc.kernels import resample
+from tlc.ops import resize as resize_ops
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -116,10 +118,21 @@ def test_resize_modes_match_reference_and_onnxruntime(rng):
         "big_cubic_down": ("big", [None, None, i64(20, 50)], {**cub, "axes": [2, 3]}),
         "mixed_linear": ("mixed", [None, f32(1, 1, 1.5, 2)], lin),
         "uint8_nearest": ("u8", [None, f32(1, 1, 2, 1.5)], near),
+        # 2x upsamplings: the plane kernel's doubled rows (``resample.pairs``), their ends gathered
+        "linear_2x": ("big", [None, f32(1, 1, 2, 2)], lin),
+        "linear_2x_align_corners": ("mixed", [None, f32(1, 1, 2, 2)],
+                                    {**lin, "coordinate_transformation_mode": "align_corners"}),
+        "linear_2x_pytorch_half_pixel": ("mixed", [None, f32(1, 1, 2, 2)],
+                                         {**lin, "coordinate_transformation_mode": "pytorch_half_pixel"}),
+        "cubic_2x": ("mixed", [None, f32(1, 1, 2, 2)], cub),
+        "nearest_2x_sizes": ("big", [None, None, i64(1, 2, 80, 200)],
+                             {**near, "nearest_mode": "floor", "coordinate_transformation_mode": "asymmetric"}),
+        "nearest_2x_half_pixel": ("mixed", [None, f32(1, 1, 2, 2)], near),
     }
     doubles = {"double_linear": ("x64", [None, f32(1, 1, 2.2, 1.5)], lin),
                "double_cubic": ("x64", [None, f32(1, 1, 0.6, 1.5)], {**cub, "antialias": 1}),
-               "double_nearest": ("x64", [None, f32(1, 1, 2, 3)], near)}
+               "double_nearest": ("x64", [None, f32(1, 1, 2, 3)], near),
+               "double_linear_2x": ("x64", [None, f32(1, 1, 2, 2)], lin)}
     check_model(build("Resize", feeds, cases), feeds)
     check_model(build("Resize", feeds, doubles), feeds, with_ort=False, rtol=1e-12, atol=1e-12)
     # with the JIT: the plane kernel (``tlc.kernels.resample``) for the float cases that resize H and W only
@@ -128,6 +141,27 @@ def test_resize_modes_match_reference_and_onnxruntime(rng):
     assert planes == set(cases) - {"linear_channels_too", "linear_tf_crop_and_resize", "uint8_nearest"}, notes
     notes = check_model(build("Resize", feeds, doubles), feeds, with_ort=False, rtol=1e-12, atol=1e-12, jit="eager")
     assert all(note.startswith("plane kernel") for note in notes.values()), notes
+
+
+def test_doubled_rows_take_their_interior_at_fixed_offsets():
+    """``resample.pairs`` finds the 2x form of a row's taps where it holds, and only there."""
+    def taps(attrs, in_len, out_len):
+        attrs = {"nearest_mode": "round_prefer_floor", "cubic_coeff_a": -0.75, "antialias": 0,
+                 "exclude_outside": 0, "coordinate_transformation_mode": "half_pixel", **attrs}
+        coords, _ = resize_ops.source_coords(attrs["coordinate_transformation_mode"], out_len, in_len,
+                                             out_len / in_len, (0.0, 1.0))
+        idx, weights = resize_ops.taps(coords, in_len, out_len / in_len, attrs)
+        return resample.pairs(idx.astype(np.int64), weights.astype(np.float32), in_len)
+
+    pair, weights = taps({"mode": "linear"}, 9, 18)   # half_pixel: the first and last columns clamp
+    assert pair.tolist() == [1, 8, -1, 0, 0, 1] and weights.tolist() == [0.25, 0.75, 0.75, 0.25]
+    pair, weights = taps({"mode": "nearest", "nearest_mode": "floor",
+                          "coordinate_transformation_mode": "asymmetric"}, 9, 18)
+    assert pair.tolist() == [0, 9, 0, 0, 0, 0] and weights.tolist() == [1, 0, 1, 0]
+    assert taps({"mode": "linear"}, 9, 17)[0][:2].tolist() == [0, 0]       # not doubled
+    assert taps({"mode": "cubic"}, 9, 18)[0][:2].tolist() == [0, 0]        # four taps
+    j0, j1 = taps({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, 9, 18)[0][:2]
+    assert j1 - j0 == 1                                                     # no fixed offsets: the middle only
 
 
 def test_convtranspose_matches_reference_and_onnxruntime(rng):

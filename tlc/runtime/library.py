@@ -891,7 +891,8 @@ class ResizeImpl(StepImpl):
 
         def build(alias):   # compile for these types (on the JIT thread): one 1x1 plane, one tap
             plane, index, weight = np.zeros((1, 1, 1), compute), np.zeros((1, 1), np.int64), np.ones((1, 1), compute)
-            resample.resample(plane, plane.copy(), index, weight, index, weight, nearest, nparts)
+            resample.resample(plane, plane.copy(), index, weight, index, weight, *resample.pairs(index, weight, 1),
+                              nearest, nparts)
             return "resize"
 
         native = [Call(_resample, (V(ctx.inputs[0]), V(ctx.outputs[0]), *args))]
@@ -921,7 +922,8 @@ class ResizeImpl(StepImpl):
         nearest = self.attrs["mode"] == "nearest"
         work = math.prod(y) * (1 if nearest else taps[1].shape[1] + taps[3].shape[1])
         nparts = _plane_parts(work, planes, ctx.threads)
-        return ((planes, *x[-2:]), (planes, *y[-2:]), *taps, nearest, nparts), nparts
+        return ((planes, *x[-2:]), (planes, *y[-2:]), *taps, *resample.pairs(taps[2], taps[3], x[-1]), nearest,
+                nparts), nparts
 
     def _axis_pass(self, src_shape, dst_shape, scale, bounds, compute, src, dst, work) -> AxisPass:
         in_len, out_len = src_shape[1], dst_shape[1]
@@ -954,8 +956,8 @@ def _optional_const(ctx: BindContext, port: int, what: str) -> np.ndarray | None
     return ctx.require_const(port, what)
 
 
-def _resample(x, out, in_shape, out_shape, iy, wy, ix, wx, nearest, nparts) -> None:
-    resample.resample(x.reshape(in_shape), out.reshape(out_shape), iy, wy, ix, wx, nearest, nparts)
+def _resample(x, out, in_shape, out_shape, iy, wy, ix, wx, pair, pw, nearest, nparts) -> None:
+    resample.resample(x.reshape(in_shape), out.reshape(out_shape), iy, wy, ix, wx, pair, pw, nearest, nparts)
 
 
 def resize_into(x: np.ndarray, out: np.ndarray, steps: tuple[AxisPass, ...], *work: np.ndarray) -> None:
