@@ -148,6 +148,10 @@ RULES = RuleSet("algebraic", (
                                    Const(name="ua")),
          _x, lambda m: _axes_pair_check(m, "x"), description="Unsqueeze(Squeeze(x, a), a) -> x"),
     Rule("concat-single", Op("Concat", X), _x, description="Concat of one input -> x"),
+    Rule("sum-single", Op("Sum", X), _x, root_keeps_type, description="Sum of one input -> x"),
+    # (the residual adds of Caffe2's and some older exporters' ResNets: as an Add, the conv's epilogue takes it)
+    Rule("sum-pair", Op("Sum", X, Var("y")), lambda m, b: b.op("Add", m["x"], m["y"]),
+         description="Sum(x, y) -> Add(x, y): the same sum, in the op every later pass and kernel knows"),
     Rule("slice-everything", Op("Slice", X, Const(name="starts"), Const(name="ends"), Opt(Const(name="axes")),
                                 Opt(Const(name="steps"))),
          _x, _slice_all_check, description="Slice that takes every element -> x"),
