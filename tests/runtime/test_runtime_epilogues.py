@@ -256,3 +256,24 @@ def test_a_residual_add_is_taken_by_the_conv_as_it_stores(rng, act):
         # (with as many channels in as out, the conv's input dies there too: given its slot, the output would be
         # written while the kernel reads it, and ``compare`` above would see it)
         assert bool(state.spec.memory.inplace) == (not feed)
+
+
+def test_a_strided_1x1_conv_adds_its_residual_as_it_stores(rng):
+    """ResNet's downsampling blocks: the projection, a deep 1x1 conv with stride 2 (its gathered matrix's rows
+    are positions, a pointwise conv's input: positions in the kernel's lanes), adds the main path's output as it
+    stores, in place where that dies there; as onnxruntime computes."""
+    n, c, mid, h, w = 1, 80, 72, 14, 14
+    inits = {k: (rng.standard_normal(s) * 0.2).astype(np.float32) for k, s in
+             {"wa": (mid, c, 1, 1), "wb": (c, mid, 1, 1), "bb": (c,), "wp": (c, c, 1, 1), "bp": (c,),
+              "wc": (3, c, 1, 1)}.items()}
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a0"]), helper.make_node("Relu", ["a0"], ["a"]),
+             helper.make_node("Conv", ["a", "wb", "bb"], ["cb"], strides=[2, 2]),
+             helper.make_node("Conv", ["x", "wp", "bp"], ["p"], strides=[2, 2]),
+             helper.make_node("Add", ["p", "cb"], ["s"]), helper.make_node("Relu", ["s"], ["z"]),
+             helper.make_node("Conv", ["z", "wc"], ["y"])]   # the residual's sum is no graph output
+    feeds = {"x": rng.standard_normal((n, c, h, w)).astype(np.float32)}
+    plan = compare(model(nodes, {"x": (n, c, h, w)}, (n, 3, h // 2, w // 2), inits), feeds)
+    notes = [st.notes[0] for st in plan.stats().steps if st.notes and "the residual" in st.notes[0]]
+    assert len(notes) == (1 if panel.fast() else 0), [st.notes for st in plan.stats().steps]
+    (state,) = plan._specs.values()
+    assert bool(state.spec.memory.inplace) == panel.fast()

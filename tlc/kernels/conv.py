@@ -460,7 +460,10 @@ def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
     224x224, stride 2, K = 147: 3.44 ms against 3.21 with the channels); so does one that gathers more than
     ``PANEL_GATHER_SMALL`` elements. A shallow, small one keeps the fractions' choice (MobileNetV2's 3x3 3 -> 32
     stem at 224x224, stride 2, K = 27: 311 us against 514 with the channels, 363 in the direct kernel; 3 -> 16
-    at 64x64: 58 against 239; the stem at batch 8, 2.7 M elements gathered: 6.2 ms against 3.6 direct)."""
+    at 64x64: 58 against 239; the stem at batch 8, 2.7 M elements gathered: 6.2 ms against 3.6 direct). A strided
+    1x1 conv gathers a matrix whose rows are its positions at unit stride, a pointwise conv's input: the fractions
+    choose (ResNet-50's 256 -> 512 1x1 s2 at 56x56: 2.00 ms with the positions, 2.09 with the channels, and the
+    kernel then adds the residual as it stores)."""
     hw, m = int(geo[HO] * geo[WO]), int(geo[M])
     k = int(geo[C] * geo[KH] * geo[KW])
     positions = panel.lanes_used(hw) * min(1.0, m / panel.TILE)
@@ -468,7 +471,9 @@ def panel_lanes(geo: np.ndarray) -> tuple[int, float]:
     gathered = 0 if is_pointwise(geo) else int(geo[N]) * k * hw
     if gathered and m * k * 4 <= PHASE_WEIGHTS_MAX and _phase_elements(geo) < gathered:
         return LANES_PHASES, phase_fraction(geo)
-    if channels > positions or gathered and (k > PANEL_GATHER_DEEP or gathered > PANEL_GATHER_SMALL):
+    # (a strided 1x1 conv's im2col matrix is a pointwise conv's input: rows of its positions, read as streams)
+    thrashes = gathered and not geo[KH] == geo[KW] == 1 and (k > PANEL_GATHER_DEEP or gathered > PANEL_GATHER_SMALL)
+    if channels > positions or thrashes:
         return LANES_CHANNELS, channels
     return LANES_POSITIONS, positions
 
