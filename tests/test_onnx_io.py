@@ -182,6 +182,48 @@ def test_old_opset_softmax_semantics_are_converted(rng):
     np.testing.assert_allclose(tlc.reference.run(g, {"x": x})["y"], ort_run(model, {"x": x})[0], rtol=1e-5)
 
 
+def test_old_opset_weights_go_around_the_converter(rng, monkeypatch):
+    """The opset converter gets the model without its large initializers' data (it copies the whole model
+    several times); each is put back by name: the conversion is byte for byte the converter's own, and a weight
+    the converter would leave without its data makes the whole model go through it."""
+    from onnx import version_converter
+
+    from tlc.io import onnx_opset
+
+    w = numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "w")      # 1152 B: in
+    w2 = numpy_helper.from_array(rng.standard_normal((16, 8, 3, 3)).astype(np.float32), "w2")   # 4608 B: around
+    shape = numpy_helper.from_array(np.array([1, -1], np.int64), "shape")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w2"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Split", ["b"], ["c", "d"], axis=1, split=[10, 6]),
+             helper.make_node("ReduceSum", ["c"], ["e"], axes=[2, 3], keepdims=0),
+             helper.make_node("Reshape", ["d", "shape"], ["y"])]
+    model = make_model(nodes, [vi("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+                       [vi("e", TensorProto.FLOAT, [1, 10]), vi("y", TensorProto.FLOAT, [1, 150])],
+                       opset=12, ir_version=7, initializers=[w, w2, shape])
+    want = version_converter.convert_version(model, 21)
+    seen = []
+    convert = version_converter.convert_version
+    monkeypatch.setattr(version_converter, "convert_version",
+                        lambda m, v: seen.append([len(t.raw_data) for t in m.graph.initializer]) or convert(m, v))
+    assert onnx_opset._convert_without_weights(model).SerializeToString() == want.SerializeToString()
+    assert seen == [[len(w.raw_data), 0, len(shape.raw_data)]]
+
+    def renaming(m, v):   # a converter that moves a weight under another name: then the model goes in whole
+        out = convert(m, v)
+        if not out.graph.initializer[1].raw_data:
+            out.graph.initializer[1].name = "moved"
+        return out
+
+    monkeypatch.setattr(version_converter, "convert_version", renaming)
+    assert onnx_opset._convert_without_weights(model).SerializeToString() == want.SerializeToString()
+    g, report = from_onnx(model)
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    got = tlc.reference.run(g, {"x": x})
+    for name, expect in zip(("e", "y"), ort_run(model, {"x": x}), strict=True):
+        np.testing.assert_allclose(got[name], expect, rtol=1e-4, atol=1e-4)
+
+
 # ---------------------------------------------------------------------------- constants and initializers
 CONSTANT_FORMS = [
     ("value", numpy_helper.from_array(np.arange(6, dtype=np.int32).reshape(2, 3), "v"), TensorProto.INT32),

@@ -54,7 +54,7 @@ def convert_opset(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProt
     if version < TESTED_MIN_OPSET:
         warnings.append(f"opset {version} is older than {TESTED_MIN_OPSET}; converted on a best-effort basis")
     try:
-        converted = version_converter.convert_version(model, DEFAULT_OPSET)
+        converted = _convert_without_weights(model)
     except Exception as exc:  # the converter raises RuntimeError/ValidationError with a C++ assertion text
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InvalidModelError(f"could not convert the model from opset {version} to {DEFAULT_OPSET}: "
@@ -63,6 +63,67 @@ def convert_opset(model: onnx.ModelProto, warnings: list[str]) -> onnx.ModelProt
     if version < 11:
         _keep_legacy_resize(model, converted, warnings)
     return converted
+
+
+#: initializers of at least this many bytes of raw data go around the converter (see ``_convert_without_weights``)
+AROUND_CONVERTER_BYTES = 1 << 12
+
+
+def _convert_without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``version_converter.convert_version`` of ``model`` without the raw data of its large initializers, each
+    copied back into the result by name: the converter copies the whole model several times (serialized, into its
+    own IR and back), and ResNet-18's 45 MB of weights took the import's peak memory from 215 to 495 MB. Its
+    adapters rewrite nodes and read small constant inputs (shapes, axes, scales), which go in whole; a weight
+    they would read or copy under another name (none known) shows as an initializer left without its data, and
+    then the whole model is converted as it is."""
+    graph = model.graph
+    large = {t.name: t for t in graph.initializer if len(t.raw_data) >= AROUND_CONVERTER_BYTES}
+    if not large:
+        return version_converter.convert_version(model, DEFAULT_OPSET)
+    light = onnx.ModelProto()
+    _copy_fields(model, light, skip="graph")
+    _copy_fields(graph, light.graph, skip="initializer")
+    for tensor in graph.initializer:
+        if tensor.name in large:   # its name, type and shape only
+            light.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        else:
+            light.graph.initializer.append(tensor)
+    converted = version_converter.convert_version(light, DEFAULT_OPSET)
+    for tensor in converted.graph.initializer:
+        original = large.get(tensor.name)
+        if original is not None and not tensor.raw_data and list(tensor.dims) == list(original.dims):
+            tensor.CopyFrom(original)   # (in the protobuf library: no bytes object in between)
+        elif _data_bytes(tensor) and not (tensor.raw_data or _typed_data(tensor)):
+            return version_converter.convert_version(model, DEFAULT_OPSET)   # a weight the converter moved
+    return converted
+
+
+def _copy_fields(source, target, skip: str) -> None:
+    """Every field set in the message ``source`` but ``skip`` copied into ``target``."""
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if hasattr(value, "extend"):   # a repeated field
+            getattr(target, field.name).extend(value)
+        elif hasattr(value, "CopyFrom"):   # a message
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
+def _data_bytes(tensor: onnx.TensorProto) -> int:
+    """The bytes a fixed-size tensor's raw data holds (0 for strings and unknown types)."""
+    itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize if tensor.data_type not in (
+        0, onnx.TensorProto.STRING) else 0
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return count * itemsize
+
+
+def _typed_data(tensor: onnx.TensorProto) -> bool:
+    return any(len(getattr(tensor, f)) for f in ("float_data", "int32_data", "int64_data", "double_data",
+                                                   "uint64_data", "string_data"))
 
 
 def _keep_legacy_resize(model: onnx.ModelProto, converted: onnx.ModelProto, warnings: list[str]) -> None:
