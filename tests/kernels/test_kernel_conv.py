@@ -8,6 +8,7 @@ import pytest
 
 from tlc.kernels import conv as K
 from tlc.kernels import lib_pool, panel
+from tlc.kernels import reduce as kreduce
 from tlc.ops.conv import conv as reference_conv
 from tlc.ops.pool import average_pool, max_pool
 
@@ -249,10 +250,11 @@ def test_pooling_matches_the_reference(dtype):
                 work = [np.empty(s, dtype) for s in lib_pool.workspace(lgeo)]
                 out = lib_pool.max_pool(xc, np.empty(expected.shape, dtype), lgeo, work)
                 np.testing.assert_allclose(out, expected, rtol=1e-6, err_msg=f"numpy taps {attrs}")
-    for is_max, reduce in ((True, np.max), (False, np.mean)):   # the global pools as the plan calls them
-        for run, parts in ((K.global_pool_serial, ()), (K.global_pool_parallel, (2,))):
+    plane = x.shape[2] * x.shape[3]
+    for op, reduce in ((kreduce.MAX, np.max), (kreduce.MEAN, np.mean)):   # the global pools as the plan runs them
+        for run, parts in ((kreduce.reduce_serial, ()), (kreduce.reduce_parallel, (2,))):
             out = np.empty(x.shape[:2] + (1, 1), dtype)
-            run(x, out, is_max, *parts)
+            run(x, out, plane, 1, op, *parts)
             np.testing.assert_allclose(out, reduce(x, axis=(2, 3), keepdims=True), rtol=1e-6)
 
 

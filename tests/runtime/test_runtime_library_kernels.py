@@ -149,9 +149,9 @@ def test_global_pool(op, rng):
 
 @pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
 def test_pool_whose_window_is_the_plane_runs_the_global_reduction(op, rng):
-    """ResNet's 7x7 AveragePool on 7x7 planes: the global pool's plane kernel, not the window kernel."""
+    """ResNet's 7x7 AveragePool on 7x7 planes: the global pool's reduction over the planes, not the window kernel."""
     note = check(op, [rng.standard_normal((2, 5, 7, 6), dtype=np.float32)], {"kernel_shape": [7, 6]})
-    assert "plane kernel" in note
+    assert "axes kernel" in note
 
 
 def test_lrn(rng):

@@ -44,8 +44,8 @@ Layout: NCHW (``LAYOUT`` 0). The geometry carries the layout so that channels-la
 family; today the channels-last convolution (``tlc.ConvNhwc``) still runs on its own library kernels.
 
 Pooling (max, average, with padding, strides, dilations) runs per (image, channel) plane on the plane's stride
-phases, as depthwise does: ``pool_run(x, geo, divisor, out, scratch, nparts)``; global pooling is a plane
-reduction, ``global_pool_serial`` (or ``global_pool_parallel`` in parts), called by the plan itself.
+phases, as depthwise does: ``pool_run(x, geo, divisor, out, scratch, nparts)``; global pooling (and a window
+that is the whole plane) is ``tlc.kernels.reduce``'s, over the planes as rows.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ from numba import carray, njit, prange
 from . import entries, panel
 from .blas import AVX512_CORES, gemm_f32, gemm_f64
 from .entries import Entry
-from .mathlib import acc_add
 from .panel import BIAS_COLUMNS, BIAS_NONE, BIAS_ROWS, depthwise_3x3, max_pool_3x3, panel_strided
 
 panel.ensure()   # the symbol the PANEL parts call (compiled code links it by name)
@@ -2491,52 +2490,3 @@ def pool_run(x, geo, divisor, out, scratch, nparts: int) -> None:
         _pool_parallel(x, geo, divisor, out, scratch, nparts)
     else:
         call_pool(x, geo, divisor, out, scratch, 0, int(geo[N] * geo[C]))
-
-
-@njit(cache=True, nogil=True)
-def _plane_means(x, out, q0, q1):
-    """Planes [q0, q1) of x [planes, size]: each plane's mean, summed in float64 in vector lanes (``acc_add``,
-    reassociated: a serial sum of 1280 planes of 49 took 14 us, this 6; a ``fastmath`` flag on this function
-    instead was lost where a strict caller inlined it)."""
-    size = x.shape[1]
-    for q in range(q0, q1):
-        row = x[q]
-        total = 0.0
-        for j in range(size):
-            total = acc_add(total, row[j])
-        out[q] = total / size
-
-
-@njit(cache=True, nogil=True)
-def global_pool_planes(x, out, is_max, q0, q1):
-    """Planes [q0, q1) of a global max or average pool of x viewed [planes, size] into out [planes]."""
-    if not is_max:
-        _plane_means(x, out, q0, q1)
-        return
-    size = x.shape[1]
-    for q in range(q0, q1):
-        row = x[q]
-        acc = -np.inf
-        for j in range(size):
-            v = row[j]
-            if v > acc or v != v:
-                acc = v
-        out[q] = acc
-
-
-@njit(cache=True, nogil=True)
-def global_pool_serial(x, out, is_max):
-    """A global max or average pool of x [N, C, ...] into out [N, C, 1, ...] (C-contiguous, any rank) on this
-    thread: the plan calls this compiled function's entry point itself (a Python wrapper and Numba's dispatcher
-    before it cost MobileNetV2's 1280 planes of 49 ~40 us in a model against ~10 alone)."""
-    planes = out.size
-    global_pool_planes(x.reshape((planes, x.size // planes)), out.reshape(planes), is_max, 0, planes)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def global_pool_parallel(x, out, is_max, nparts):
-    """``global_pool_serial`` in ``nparts`` runs of planes on the pool."""
-    planes = out.size
-    flat_in, flat_out = x.reshape((planes, x.size // planes)), out.reshape(planes)
-    for p in prange(nparts):
-        global_pool_planes(flat_in, flat_out, is_max, planes * p // nparts, planes * (p + 1) // nparts)
