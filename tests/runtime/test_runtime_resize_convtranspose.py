@@ -187,12 +187,18 @@ def test_convtranspose_matches_reference_and_onnxruntime(rng):
         "same_upper": ("x", [w(4, 3, 3, 3)], {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
         "output_shape": ("x", [w(4, 3, 3, 3), w(3)], {"strides": [2, 2], "output_shape": [12, 14]}),
         "weight_input": ("x", ["weight", None], {"strides": [2, 1], "pads": [1, 0, 0, 1]}),
+        # the kernel is the stride: every output element one tap's (``interleave_taps``), unless pads shift it
+        "k3s3_bias": ("x", [w(4, 3, 3, 3), w(3)], {"strides": [3, 3]}),
+        "k2s2_group2_bias": ("x", [w(4, 2, 2, 2), w(4)], {"strides": [2, 2], "group": 2}),
+        "k2s2_pads": ("x", [w(4, 3, 2, 2), w(3)], {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
     }
     check_model(build("ConvTranspose", feeds, cases, opset=17), feeds, rtol=1e-5, atol=1e-5)
     # with the JIT: the product through tlc.kernels.gemm where the weight is a constant
     notes = check_model(build("ConvTranspose", feeds, cases, opset=17), feeds, rtol=1e-5, atol=1e-5, jit="eager")
     on_pool = {name for name, note in notes.items() if " part(s), " in note}
     assert on_pool == set(cases) - {"weight_input"}, notes
+    interleaved = {name for name, note in notes.items() if note.endswith("taps interleaved")}
+    assert interleaved == {"k2s2_bias", "k2s2", "k3s3_bias", "k2s2_group2_bias"}, notes
     double = {"double": ("x64", [w(2, 3, 2, 2).astype(np.float64), w(3).astype(np.float64)], {"strides": [2, 2]})}
     check_model(build("ConvTranspose", feeds, double, opset=17), feeds, with_ort=False, rtol=1e-12)
 

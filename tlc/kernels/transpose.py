@@ -16,7 +16,8 @@ after the whole tiles. One core, warm caches, against numpy's copy: [1, 196, 256
 ``plan(shape, perm, itemsize, threads)`` says whether a permutation takes this path, with which strides and in
 how many parts; ``copy`` runs it, ``copy_parallel`` a part a thread over the leading planes (up to four axes:
 longer ones, rarer, keep numpy's copy). The module also holds the copies of whole rows (``copy_rows``: a
-transpose that keeps the last axis) and of blocks of rows (``copy_block``: Concat and Split).
+transpose that keeps the last axis), of blocks of rows (``copy_block``: Concat and Split) and a ConvTranspose's
+taps interleaved into its output where its kernel is its stride (``interleave_taps``).
 """
 
 from __future__ import annotations
@@ -194,3 +195,34 @@ def copy_block_parallel(x, out, width, x_stride, x_off, out_stride, out_off, tot
     for p in prange(nparts):
         copy_block(x, out, width, x_stride, x_off, out_stride, out_off, total * p // nparts,
                    total * (p + 1) // nparts)
+
+
+# ---------------------------------------------------------------------------- a ConvTranspose's taps
+@njit(cache=True, nogil=True, boundscheck=False)
+def interleave_taps(cols, bias, out, kh, kw):
+    """The taps of a ConvTranspose whose kernel is its stride (no padding, dilation or output padding: every
+    output element is one tap's) into its output, with the bias: ``out[b, c, iy * kh + ti, ix * kw + tj] =
+    cols[b, c, ti * kw + tj, iy, ix] + bias[c]`` (``cols`` [N, M, kh * kw, H, W], ``bias`` [M]: -0.0 each where
+    the conv has none, which keeps every value as it is). The output is written row by row, a 2-wide kernel's
+    two taps as pairs of lanes (vectorized), where numpy's strided copy a tap, then the bias, took two passes."""
+    n, m, taps, h, w = cols.shape
+    wo = w * kw
+    cf, of = cols.reshape(cols.size), out.reshape(out.size)
+    plane = h * w
+    for q in range(n * m):
+        add = bias[q % m]
+        base, top = q * taps * plane, q * h * kh * wo
+        for iy in range(h):
+            for ti in range(kh):
+                o = top + (iy * kh + ti) * wo
+                if kw == 2:
+                    s0 = base + ti * 2 * plane + iy * w
+                    s1 = s0 + plane
+                    for ix in range(w):
+                        of[np.uint64(o + 2 * ix)] = cf[np.uint64(s0 + ix)] + add
+                        of[np.uint64(o + 2 * ix + 1)] = cf[np.uint64(s1 + ix)] + add
+                    continue
+                for tj in range(kw):
+                    s = base + (ti * kw + tj) * plane + iy * w
+                    for ix in range(w):
+                        of[np.uint64(o + ix * kw + tj)] = cf[np.uint64(s + ix)] + add

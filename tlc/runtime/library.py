@@ -1044,9 +1044,40 @@ class ConvTransposeImpl(StepImpl):
             return "conv transpose product"
 
         kind = "panels in place" if packed.size else "BLAS"
+        interleaved = self._interleaved(geo, kernel, x, outs, bias, dtype)
+        if interleaved is not None:   # every output element one tap's: the taps and the bias in one kernel pass
+            note = "taps interleaved"
+            native = [Call(conv_transpose_interleaved, args[:2] + (interleaved,) + args[3:] + ((offs, nparts, packed),
+                                                                                           tuple(kernel)))]
+            build_product = build
+
+            def build(alias):
+                one = np.zeros((1, 1, 1, 1, 1), dtype)
+                ktranspose.interleave_taps(one, np.zeros(1, dtype), np.zeros((1, 1, 1, 1), dtype), 1, 1)
+                return build_product(alias)
+
         return Bound(numpy_calls, mode="native", workspace=work, blas=True,
                      note=f"{kind} in {nparts} part(s), {note}",
                      request=KernelRequest("conv transpose", build, lambda kern, alias: native))
+
+    @staticmethod
+    def _interleaved(geo: ConvTransposeGeometry, kernel, x, outs, bias, dtype) -> np.ndarray | None:
+        """The bias (or -0.0 per channel where there is none) where the kernel is the stride and every output
+        element is exactly one tap's (``ktranspose.interleave_taps``); else None."""
+        (kh, kw), (h, w) = kernel, x[2:]
+        if not geo.assign or geo.fill or list(outs) != [h * kh, w * kw] or len(geo.taps) != kh * kw:
+            return None
+        for k, dst, src in geo.taps:
+            i, j = divmod(k, kw)
+            if dst != (slice(i, i + (h - 1) * kh + 1, kh), slice(j, j + (w - 1) * kw + 1, kw)) \
+                    or src != (slice(0, h), slice(0, w)):
+                return None
+        channels = geo.cols_shape[1]
+        if bias is None:
+            return np.full(channels, -0.0, dtype)
+        if not isinstance(bias, np.ndarray):   # a bias fed at run time
+            return None
+        return np.ascontiguousarray(bias.reshape(channels), dtype)
 
 
 def _tap_span(offset: int, stride: int, size: int, out: int) -> tuple[slice, slice] | None:
@@ -1095,6 +1126,15 @@ def conv_transpose_into(x, weight, bias, out, geo: ConvTransposeGeometry, cols, 
             out[everything + dst] += taps[(slice(None), slice(None), k) + src]
     if bias is not None and not bias_first:
         np.add(out, bias.reshape(m, 1, 1), out=out)
+
+
+def conv_transpose_interleaved(x, weight, bias, out, geo: ConvTransposeGeometry, cols, product, kernel) -> None:
+    """``conv_transpose_into`` where the kernel is the stride: the product, then every tap and the bias in one
+    pass (``ktranspose.interleave_taps``; ``bias`` [M], -0.0 each where the conv has none)."""
+    n, m, _, h, w = geo.cols_shape
+    offs, nparts, packed = product
+    gemm.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), cols, offs, 1.0, False, nparts, packed)
+    ktranspose.interleave_taps(cols.reshape(geo.cols_shape), bias, out, kernel[0], kernel[1])
 
 
 # ---------------------------------------------------------------------------- recurrent layers: RNN, GRU, LSTM
