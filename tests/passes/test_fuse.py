@@ -47,6 +47,28 @@ def test_elementwise_chain_becomes_one_group(rng):
     assert sorted(n.name for n in out.nodes() if n.op == "Constant") == ["a"]
 
 
+def test_a_region_larger_than_the_cap_splits_into_groups_of_at_most_the_cap(rng):
+    """``MAX_GROUP_NODES``: a wide group's kernel compiles in time that grows faster than its size, so a region
+    of more nodes becomes several groups, none larger than the cap, computing what the graph did."""
+    from tlc.passes import fuse
+
+    g = tlc.Graph()
+    x = g.input("x", "float32", ("N", 16))
+    branches = []
+    for k in range(12):   # twelve branches of seven ops, summed: 95 elementwise nodes in one connected region
+        v = x
+        for op in ("Sigmoid", "Neg", "Tanh", "Abs", "Sqrt", "Exp"):
+            v = g.add_node(op, [v])
+        branches.append(g.add_node("Mul", [v, g.constant(np.float32(k + 1))]))
+    total = branches[0]
+    for b in branches[1:]:
+        total = g.add_node("Add", [total, b])
+    g.output(total, "y")
+    out = fuse_and_compare(g, {"x": rng.random((3, 16), dtype=np.float32)})
+    sizes = sorted(sum(n.op != "Constant" for n in f.attrs["body"].ops()) for f in fused_nodes(out))
+    assert sum(sizes) == 95 and max(sizes) == fuse.MAX_GROUP_NODES == 64 and len(sizes) > 1, sizes
+
+
 def test_epilogue_and_reduction_groups(rng):
     g = tlc.Graph()
     x = g.input("x", "float32", ("N", 16))
