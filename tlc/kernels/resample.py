@@ -83,7 +83,7 @@ def resample_planes(x, out, iy, wy, ix, wx, pair, pw, nearest, p0, p1):
     xf, of = x.reshape(-1), out.reshape(-1)
     iyf, wyf, ixf, wxf = iy.reshape(-1), wy.reshape(-1), ix.reshape(-1), wx.reshape(-1)
     rows = np.empty(h * wo, out.dtype)   # a plane's input rows resized horizontally
-    j0, j1 = pair[0], pair[1]
+    j0, j1 = pair[0], pair[1]   # (j0 < j1, or both 0: no interior, the ends' gathers take the row)
     v0, v1, u0, u1 = pw[0], pw[1], pw[2], pw[3]   # a doubled row's interior: its even, then odd columns' taps
     for p in range(p0, p1):
         x0, o0 = p * h * w, p * ho * wo
@@ -100,7 +100,7 @@ def resample_planes(x, out, iy, wy, ix, wx, pair, pw, nearest, p0, p1):
                 for j in range(j0, j1):   # a doubled row's interior (none where j1 == j0)
                     of[np.uint64(o + 2 * j)] = xf[np.uint64(a + j)]
                     of[np.uint64(o + 2 * j + 1)] = xf[np.uint64(b + j)]
-                _gathered(xf, src, of, o, ixf, wxf, tx, max(2 * j1, 2 * j0), wo, True)
+                _gathered(xf, src, of, o, ixf, wxf, tx, 2 * j1, wo, True)
             continue
         for r in range(h):
             src, d0 = x0 + r * w, r * wo
@@ -115,7 +115,7 @@ def resample_planes(x, out, iy, wy, ix, wx, pair, pw, nearest, p0, p1):
                 for j in range(j0, j1):
                     rows[np.uint64(d0 + 2 * j)] = v0 * xf[np.uint64(a0 + j)]
                     rows[np.uint64(d0 + 2 * j + 1)] = u0 * xf[np.uint64(b0 + j)]
-            _gathered(xf, src, rows, d0, ixf, wxf, tx, max(2 * j1, 2 * j0), wo, False)
+            _gathered(xf, src, rows, d0, ixf, wxf, tx, 2 * j1, wo, False)
         for i in range(ho):
             o = o0 + i * wo
             w0, r0 = wyf[i * ty], iyf[i * ty] * wo

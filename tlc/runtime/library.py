@@ -1104,14 +1104,8 @@ class ConvTransposeGeometry(NamedTuple):
 def conv_transpose_into(x, weight, bias, out, geo: ConvTransposeGeometry, cols, product=None) -> None:
     """The columns (per group: weight^T @ X), then each kernel tap's copy or add into the output, then the bias;
     ``product`` (offsets, parts, panels): the product through ``tlc.kernels.gemm`` rather than numpy's."""
-    n, m, kernel, h, w = geo.cols_shape
-    if geo.raw_weight:
-        weight = weight.reshape(geo.group, geo.per_group, geo.rows).transpose(0, 2, 1)
-    if product is None:
-        np.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), out=cols)
-    else:
-        offs, nparts, packed = product
-        gemm.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), cols, offs, 1.0, False, nparts, packed)
+    m = geo.cols_shape[1]
+    _conv_transpose_columns(x, weight, geo, cols, product)
     taps = cols.reshape(geo.cols_shape)
     bias_first = bias is not None and not geo.assign   # the adds start from the bias: one pass fewer
     if bias_first:
@@ -1128,12 +1122,23 @@ def conv_transpose_into(x, weight, bias, out, geo: ConvTransposeGeometry, cols, 
         np.add(out, bias.reshape(m, 1, 1), out=out)
 
 
+def _conv_transpose_columns(x, weight, geo: ConvTransposeGeometry, cols, product=None) -> None:
+    """The columns of a ConvTranspose, per group weight^T @ X, into ``cols``: numpy's product, or (``product``:
+    offsets, parts, panels) ``tlc.kernels.gemm``'s."""
+    n, _, _, h, w = geo.cols_shape
+    if geo.raw_weight:
+        weight = weight.reshape(geo.group, geo.per_group, geo.rows).transpose(0, 2, 1)
+    if product is None:
+        np.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), out=cols)
+    else:
+        offs, nparts, packed = product
+        gemm.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), cols, offs, 1.0, False, nparts, packed)
+
+
 def conv_transpose_interleaved(x, weight, bias, out, geo: ConvTransposeGeometry, cols, product, kernel) -> None:
     """``conv_transpose_into`` where the kernel is the stride: the product, then every tap and the bias in one
     pass (``ktranspose.interleave_taps``; ``bias`` [M], -0.0 each where the conv has none)."""
-    n, m, _, h, w = geo.cols_shape
-    offs, nparts, packed = product
-    gemm.matmul(weight, x.reshape(n, geo.group, geo.per_group, h * w), cols, offs, 1.0, False, nparts, packed)
+    _conv_transpose_columns(x, weight, geo, cols, product)
     ktranspose.interleave_taps(cols.reshape(geo.cols_shape), bias, out, kernel[0], kernel[1])
 
 
