@@ -52,7 +52,7 @@ def test_launcher_computes_in_place_when_the_output_is_the_input(kcache):
     launch = kernel.launcher([x.shape, b.shape], [x.shape])
     launch([x, b], [x])
     np.testing.assert_allclose(x, expected, rtol=1e-6)
-    assert (0,) in launch._modules  # the in-place variant ran: one pointer read and written
+    assert (0,) in launch._functions  # the in-place variant ran: one pointer read and written
 
 
 def test_launcher_checks_shapes_once_when_made(kcache):

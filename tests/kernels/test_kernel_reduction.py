@@ -139,7 +139,7 @@ def test_layer_norm_op_with_mean_and_inv_std_outputs_in_parallel(kcache):
         [big[:, ::1], random_array(rng, (384,), "float32"), random_array(rng, (384,), "float32")],
         tolerance=(1e-4, 1e-5),
     )
-    assert next(iter(kernel._variants.values())).kernel_parallel.signatures
+    assert next(iter(kernel._variants.values())).__tlc_step__   # the parallel driver's step
     view = random_array(rng, (384, 8), "float32").T  # a non-contiguous view is copied first
     check_against_reference(
         kernel,
@@ -184,13 +184,13 @@ def test_row_sums_add_in_one_order_wherever_the_arrays_lie(kcache):
     module = next(iter(softmax._variants.values()))
     for x in (random_array(rng, (64, 128), "float32") * 4, random_array(rng, (2, 24), "float32") * 4):
         (want,) = check_against_reference(softmax, g, [x])
-        for fn in (module.kernel_serial, module.kernel_parallel):  # 128 columns: every partial sum of the loop
-            got = np.empty_like(want)
-            fn(np.array(x.shape, np.int64), x.ravel(), got.ravel())
+        dims = np.array(x.shape, np.int64)
+        for fn in (module.kernel_serial, softmax._parallel_function(module, False, dims)):  # 128 columns: every
+            got = np.empty_like(want)                                                       # partial sum of the loop
+            fn(dims, x.ravel(), got.ravel())
             assert got.tobytes() == want.tobytes()
     assert _placed_results(softmax, [x], [want]) == {want.tobytes()}
-    for fn in (module.kernel_serial, module.kernel_parallel):
-        ir = "\n".join(fn.inspect_llvm().values())
+    for ir in ("\n".join(module.kernel_serial.inspect_llvm().values()), module.__tlc_step__.inspect_llvm()):
         assert vectorized(ir, "float32") and not any(check in ir for check in _ALIAS_CHECKS)
 
     g = Graph("mean_placed")

@@ -37,6 +37,7 @@ class Variant:
     fast_math: bool = False
     alias: tuple[int, ...] = ()  # per output: the input it is written into (in-place), or -1
     contraction: Contraction | None = None  # an epilogue module: the contraction it drives
+    arguments: str = ""  # an epilogue module: its step's argument types (``tlc.kernels.parts.spec``)
 
 
 def unsigned(index: ast.expr) -> ast.expr:

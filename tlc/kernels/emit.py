@@ -134,11 +134,13 @@ def loop(
     return ast.For(name(var, store=True), rng, body or [ast.Pass()], [])
 
 
-def function(fname: str, params: list[str], body: list[ast.stmt], decorator: ast.expr) -> ast.FunctionDef:
+def function(fname: str, params: list[str], body: list[ast.stmt], decorator: ast.expr | None) -> ast.FunctionDef:
+    """A function definition (``decorator`` None: a plain one, for the caller to compile)."""
     args = ast.arguments(
         posonlyargs=[], args=[ast.arg(ident(p)) for p in params], kwonlyargs=[], kw_defaults=[], defaults=[]
     )
-    return ast.FunctionDef(ident(fname), args, body or [ast.Pass()], [decorator], None, None)
+    return ast.FunctionDef(ident(fname), args, body or [ast.Pass()], [] if decorator is None else [decorator],
+                           None, None)
 
 
 def keyword_call(func: str, **kwargs: object) -> ast.Call:

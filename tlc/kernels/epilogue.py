@@ -16,6 +16,7 @@ is the op's ``OpDef.bias``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numba
 import numpy as np
@@ -25,6 +26,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.types import TensorType
 from ..ops import Trait, opdef_of
 from ..targets import CPU
+from . import parts
 from .cache import KernelCache
 from .common import Contraction, Variant
 from .kernel import Kernel, KernelOptions
@@ -181,9 +183,11 @@ class EpilogueKernel(Kernel):
     (``contraction``), each part followed on the same thread by the elementwise ``plan`` over the range it wrote.
 
     Built for static shapes. ``contraction_types``: Numba types of the contraction's arrays and scalars as the
-    caller passes them (``c0.., acc, x0..``; see ``tlc.kernels.cpu._render_epilogue_module``); ``parallel``:
-    whether the caller runs it in parts on Numba's pool (``run_parallel``) or on its own thread (``run_serial``).
-    ``function`` is the compiled entry point.
+    caller passes them (``c0.., acc, x0..``; see ``tlc.kernels.cpu._render_epilogue_module``): exactly those
+    (the module's step reads its arguments as these types); ``parallel``: whether the parts run on Numba's pool
+    or in turn on the caller's thread. ``call(args)`` gives the compiled function and its arguments for
+    ``args`` = ``(dims, total, nparts, nprep, deferred, c0.., acc, x0.., in0.., out0..)``; ``function(*args)``
+    runs them.
     """
 
     def __init__(self, plan: KernelPlan, options: KernelOptions, cache: KernelCache, contraction: Contraction,
@@ -194,13 +198,33 @@ class EpilogueKernel(Kernel):
         super().__init__(plan, options, cache, CPU, alias=alias)
         self.kind = "epilogue"
         module = next(iter(self._variants.values()))
-        self.function = module.run_parallel if parallel else module.run_serial
+        self._run = module.run
+        self._head = (parts.driver(parallel), module.__tlc_step__.address)
 
     def _variant(self, alias: tuple[int, ...]) -> Variant:
-        return Variant(self.layout, self.options.fast_math, alias, self.contraction)
+        variant = Variant(self.layout, self.options.fast_math, alias, self.contraction)
+        return replace(variant, arguments=parts.spec(self._arguments(variant)))
+
+    def _arguments(self, variant: Variant) -> tuple:
+        """Numba types of the step's arguments (see the class docstring)."""
+        arrays = self._signature(variant)
+        scalars = (numba.types.int64,) * 3 + (numba.types.boolean,)
+        return arrays[:1] + scalars + self.contraction_types + arrays[1:]
 
     def _build(self, module, variant: Variant) -> bool:
-        fn = module.run_parallel if self.parallel else module.run_serial
-        scalars = (numba.types.int64,) * 3 + (numba.types.boolean,)
-        fn.compile(self._signature(variant)[:1] + scalars + self.contraction_types + self._signature(variant)[1:])
-        return bool(sum(fn.stats.cache_hits.values()))
+        step = getattr(module, "__tlc_step__", None)
+        if step is None:
+            step = module.__tlc_step__ = parts.compile_step(module.step)
+        module.run.compile((numba.types.int64,) * 5 + self._arguments(variant))
+        return bool(step.cache_hits)
+
+    def call(self, args: Sequence) -> tuple:
+        """``(function, arguments)`` that run the kernel on ``args`` (see the class docstring); the scalars
+        ``nparts``, ``nprep`` and ``deferred`` must be plain values, the arrays may be placeholders the caller
+        resolves (only their position matters here)."""
+        nparts, nprep, deferred = args[2], args[3], args[4]
+        return self._run, (*self._head, nprep, nparts, nparts if deferred else 0, *args)
+
+    def function(self, *args) -> None:
+        fn, full = self.call(args)
+        fn(*full)

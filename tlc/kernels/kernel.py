@@ -3,12 +3,14 @@
 A Kernel owns one plan and compiles variants of it on demand: the layout ``input_types`` imply (compiled in
 ``compile_group``), a layout for arrays that do not fit it (a symbolic dim that is 1 at run time), and an
 in-place variant when an output is the very array of an input (so the loop reads and writes one pointer and
-LLVM needs no aliasing checks to vectorize it). Each variant is a cached module with a serial and a parallel
-function; the parallel one runs when the work is large enough and is compiled the first time it does.
+LLVM needs no aliasing checks to vectorize it). Each variant is a cached module with a serial function and a
+step that Numba's pool runs in parts (``tlc.kernels.parts``); the step runs when the work is large enough, and
+each is compiled the first time it is used.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -23,8 +25,10 @@ from ..errors import CompileError, DTypeMismatchError, ShapeMismatchError
 from ..ir.graph import Graph
 from ..ir.types import TensorType
 from ..targets import CPU, Target, find, names
+from . import parts
 from .cache import KernelCache, default_cache
 from .common import Variant
+from .cpu import task_count
 from .layout import Layout, concrete_layout, make_layout
 from .plan import KernelPlan, ScalarOp, build_plan, typed_body
 
@@ -123,24 +127,48 @@ class Kernel:
     def _build(self, module, variant: Variant) -> bool:
         """Compile the function the static size picks (the other one on first use); True when Numba's cache
         had it."""
-        fn = module.kernel_parallel if self._parallel_first else module.kernel_serial
+        if self._parallel_first:
+            return bool(self._step(module, variant.fast_math).cache_hits)
+        fn = module.kernel_serial
         fn.compile(self._signature(variant))
         return bool(sum(fn.stats.cache_hits.values()))
 
+    @staticmethod
+    def _step(module, fast_math: bool):
+        """The module's ``step`` compiled as a C function (``tlc.kernels.parts``), once per module."""
+        step = getattr(module, "__tlc_step__", None)
+        if step is None:
+            step = module.__tlc_step__ = parts.compile_step(module.step, fast_math)
+        return step
+
+    def _parallel_function(self, module, fast_math: bool, dims: np.ndarray):
+        """``fn(dims, *flat_inputs, *flat_constants, *flat_outputs)`` running the module's tasks for ``dims`` on
+        Numba's pool, one part a task."""
+        step = self._step(module, fast_math)
+        return functools.partial(module.run, parts.driver(True), step.address, 0, task_count(self.kind, dims), 0)
+
+    def _compile_parallel(self, module, variant: Variant) -> None:
+        """Compile the module's ``run`` for this variant's arguments, so that the first call finds it."""
+        module.run.compile((numba.types.int64,) * 5 + self._signature(variant))
+
     def _launch(self, module, dims: np.ndarray, total: int, flat_in: list, flat_out: list) -> None:
         if self._parallel_wanted(total) and numba.get_num_threads() > 1:
-            self._run_parallel(module.kernel_parallel, (dims, *flat_in, *flat_out))
+            fn = self._parallel_function(module, self.options.fast_math, dims)
+            self._run_parallel(fn, (dims, *flat_in, *flat_out))
         else:
             module.kernel_serial(dims, *flat_in, *flat_out)
 
     def _signature(self, variant: Variant) -> tuple:
-        arrays = [op.dtype for op in self.plan.operands]
-        arrays += [
-            o.dtype for m, o in enumerate(self.plan.outputs) if not (m < len(variant.alias) and variant.alias[m] >= 0)
-        ]
-        return (numba.types.Array(numba.types.int64, 1, "C"),) + tuple(
-            numba.types.Array(numba.from_dtype(np.dtype(d)), 1, "C") for d in arrays
-        )
+        """Numba types of ``(dims, *flat_inputs, *flat_constants, *flat_outputs)`` as callers pass them: the
+        constants as they are (read-only where their arrays are), so the first call finds the compiled code."""
+        def flat(dtype, readonly=False):
+            return numba.types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C", readonly=readonly)
+
+        arrays = [flat(op.dtype) for op in self.plan.operands[: self._num_inputs]]
+        arrays += [flat(a.dtype, not a.flags.writeable) for a in self._constant_arrays]
+        arrays += [flat(o.dtype) for m, o in enumerate(self.plan.outputs)
+                   if not (m < len(variant.alias) and variant.alias[m] >= 0)]
+        return (numba.types.Array(numba.types.int64, 1, "C"),) + tuple(arrays)
 
     def _module(self, variant: Variant):
         module = self._variants.get(variant)
@@ -236,7 +264,9 @@ class Kernel:
         launcher = self.launcher(input_shapes, output_shapes)
         fn = launcher._function(tuple(alias))
         variant = Variant(launcher.layout, self.options.fast_math, tuple(alias))
-        if not fn.signatures:
+        if launcher.parallel:
+            self._compile_parallel(self._module(variant), variant)
+        elif not fn.signatures:
             fn.compile(self._signature(variant))
         return fn, launcher.dims
 
@@ -297,7 +327,7 @@ class Launcher:
     run); the parallel function runs when the work is large enough (``parallel_threshold``).
     """
 
-    __slots__ = ("kernel", "layout", "dims", "parallel", "in_place", "constants", "_modules")
+    __slots__ = ("kernel", "layout", "dims", "parallel", "in_place", "constants", "_functions")
 
     def __init__(self, kernel: Kernel, layout: Layout, dims: np.ndarray, parallel: bool, in_place: list[int]):
         self.kernel = kernel
@@ -306,15 +336,16 @@ class Launcher:
         self.parallel = parallel
         self.in_place = in_place  # inputs that may be passed as an output too
         self.constants = [a.reshape(-1) for a in kernel._constant_arrays]
-        self._modules: dict[tuple[int, ...], object] = {}
+        self._functions: dict[tuple[int, ...], object] = {}
 
     def _function(self, alias: tuple[int, ...]):
-        module = self._modules.get(alias)
-        if module is None:
-            module = self._modules[alias] = self.kernel._module(
-                Variant(self.layout, self.kernel.options.fast_math, alias)
-            )
-        return module.kernel_parallel if self.parallel else module.kernel_serial
+        fn = self._functions.get(alias)
+        if fn is None:
+            fast_math = self.kernel.options.fast_math
+            module = self.kernel._module(Variant(self.layout, fast_math, alias))
+            fn = self.kernel._parallel_function(module, fast_math, self.dims) if self.parallel else module.kernel_serial
+            self._functions[alias] = fn
+        return fn
 
     def __call__(
         self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], alias: tuple[int, ...] | None = None

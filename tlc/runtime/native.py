@@ -516,7 +516,7 @@ class EpilogueImpl(StepImpl):
             outs = () if in_place else tuple(F(o) for o in ctx.outputs)
             args = (kernel.dims, total, setup.nparts, setup.nprep, kconv.deferred(setup.geo),
                     *setup.args(acc[0], col), acc[1], *ew_refs, *kernel.constant_arrays, *outs)
-            return copies + [Call(kernel.function, args)]
+            return copies + [Call(*kernel.call(args))]
 
         return Bound(fallback_calls(ctx), mode="native", note=f"Conv: {setup.note} + epilogue per part",
                      workspace=scratch.shapes, request=KernelRequest("conv epilogue", build, calls), blas=True)
@@ -545,9 +545,11 @@ class EpilogueImpl(StepImpl):
             outs = () if in_place else tuple(F(o) for o in ctx.outputs)
             args = (kernel.dims, total, prod.nparts, 0, prod.cols, prod.a, prod.b, acc[0], prod.offs, prod.alpha,
                     prod.cols, prod.packed, acc[1], *ew_refs, *kernel.constant_arrays, *outs)
+            fn, full = kernel.call(args)
             if any(prod.views):
-                return copies + [Call(transposed_call, (kernel.function, prod.views) + args)]
-            return copies + [Call(kernel.function, args)]
+                head = len(full) - len(args)
+                return copies + [Call(transposed_call, (fn, prod.views, full[:head]) + args)]
+            return copies + [Call(fn, full)]
 
         return Bound(fallback_calls(ctx), mode="native", note=f"{self.head.op}: {prod.note} + epilogue",
                      workspace=scratch.shapes, request=KernelRequest("epilogue", build, calls), blas=True)
@@ -614,8 +616,9 @@ def scratch_pair(scratch: Scratch, t: TensorType) -> tuple[Ref, Ref]:
     return W(k), FW(k)
 
 
-def transposed_call(fn, views, dims, total, nparts, nprep, deferred, a, b, *rest) -> None:
-    fn(dims, total, nparts, nprep, deferred, oriented(a, views[0]), oriented(b, views[1]), *rest)
+def transposed_call(fn, views, head, dims, total, nparts, nprep, deferred, a, b, *rest) -> None:
+    """``fn(*head, <the epilogue kernel's arguments>)`` with the product's A and B oriented at run time."""
+    fn(*head, dims, total, nparts, nprep, deferred, oriented(a, views[0]), oriented(b, views[1]), *rest)
 
 
 def contraction_context(ctx: BindContext, sources: list) -> BindContext:

@@ -125,11 +125,12 @@ class _Writer:
             return name
         if r.index >= len(spec.types):   # an absent optional input
             return "None"
-        if r.kind == "f" and spec.types[r.index] is not None and len(spec.types[r.index].shape or ()) == 1:
+        flat = r.kind == "f"
+        if flat and spec.types[r.index] is not None and len(spec.types[r.index].shape or ()) == 1:
             r = Ref("v", r.index)        # a vector is its own flat view
         if r.index in spec.known:
             value = spec.known[r.index]
-            return self.const(self._device(value if r.kind == "v" else self._flat(value)))
+            return self.const(self._device(self._flat(value) if flat else value))
         name = f"{r.kind}{r.index}"
         if r.index in spec.memory.placement:
             self.arena_keys[name] = (r.kind, r.index)
