@@ -214,7 +214,7 @@ class EpilogueKernel(Kernel):
     def _build(self, module, variant: Variant) -> bool:
         step = getattr(module, "__tlc_step__", None)
         if step is None:
-            step = module.__tlc_step__ = parts.compile_step(module.step)
+            step = module.__tlc_step__ = parts.compile_step(module.step, variant.fast_math)
         module.run.compile((numba.types.int64,) * 5 + self._arguments(variant))
         return bool(step.cache_hits)
 
