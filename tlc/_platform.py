@@ -56,6 +56,14 @@ def _cpu_flags() -> tuple[str, frozenset[str], int]:
     return vendor, flags, family
 
 
+@functools.cache   # once per process: LLVM's feature string took ~0.35 ms, twice per product bound
+def avx512() -> bool:
+    """Whether LLVM compiles for AVX-512 here (the panel kernels' and mathlib's vscalef paths)."""
+    import llvmlite.binding as llvm
+
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+
+
 def zen4() -> bool:
     """An AMD CPU of family 25 (Zen 3 and Zen 4; Zen 4 runs AVX-512 in two 256-bit halves)."""
     vendor, _, family = _cpu_flags()

@@ -15,6 +15,7 @@ import pytest
 from kernel_helpers import vectorized
 from numba import njit
 
+from tlc._platform import avx512
 from tlc.kernels import mathlib as ml
 
 FUNCTIONS = ("exp", "log", "tanh", "erf", "sigmoid")
@@ -151,6 +152,22 @@ def test_exp_subnormal_results_and_overflow_threshold():
         want = np.exp(x.astype(np.float64)).astype(np.float32)  # -100 and -103 give subnormals
     assert ulp_errors(out, np.exp(x.astype(np.float64))).max() <= 1
     assert np.isfinite(out[3]) and np.isinf(out[4]) and out[0] == want[0] and out[0] < np.finfo(np.float32).tiny
+
+
+@pytest.mark.skipif(not avx512(), reason="vscalef is AVX-512's")
+def test_exp_scaled_by_vscalef_gives_the_bits_of_two_factors():
+    """Where the host has AVX-512, 2**k is one vscalef (``bits.ldexp``): the same bits as the two factors built
+    from bits over every exponent, the subnormal results and the overflow (exp and sigmoid, both widths)."""
+    for dtype in (np.float32, np.float64):
+        fast, slow = ml.functions(dtype, scalef=True), ml.functions(dtype, scalef=False)
+        x = sample(dtype)
+        for name in ("exp", "sigmoid"):
+            got, want = np.empty_like(x), np.empty_like(x)
+            loop_of(getattr(fast, name))(x, got)
+            loop_of(getattr(slow, name))(x, want)
+            assert got.tobytes() == want.tobytes(), (name, dtype)
+        run = loop_of(fast.exp)
+        assert "vscalef" in run.inspect_asm(run.signatures[0])
 
 
 def test_pow_f32_special_cases_match_numpy_and_accuracy():

@@ -55,6 +55,30 @@ bits_f32 = intrinsic(_bits_to(types.float32, 32))
 bits_f64 = intrinsic(_bits_to(types.float64, 64))
 
 
+@intrinsic
+def ldexp(typingctx, x, k):
+    """``x * 2**k`` in one rounding (LLVM's ``llvm.ldexp``: overflow to inf, gradual underflow, NaN and inf kept),
+    ``k`` any integer (truncated to int32). A vector loop of it becomes AVX-512's ``vscalefps``/``vscalefpd``;
+    without AVX-512 LLVM calls libm's ``ldexp`` an element, so ``tlc.kernels.mathlib`` uses it on AVX-512 hosts
+    only."""
+    if x not in _FLOAT_TO_INT or not isinstance(k, types.Integer):
+        return None
+    sig = x(x, k)
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        value = args[1]
+        if k.bitwidth > 32:
+            value = builder.trunc(value, i32)
+        elif k.bitwidth < 32:
+            value = (builder.sext if k.signed else builder.zext)(value, i32)
+        ftype = context.get_value_type(x)
+        fn = builder.module.declare_intrinsic("llvm.ldexp", [ftype, i32], ir.FunctionType(ftype, [ftype, i32]))
+        return builder.call(fn, [args[0], value])
+
+    return sig, codegen
+
+
 def _flip(builder, bits, width: int):
     """``bits ^ ((bits >> (width-1)) & MAX)``: maps float bits to integers in numeric order; an involution."""
     sign = builder.ashr(bits, ir.Constant(bits.type, width - 1))

@@ -24,11 +24,17 @@ from types import SimpleNamespace
 import numpy as np
 from numba import njit
 
+from .._platform import avx512
 from . import _coefficients as C
-from .bits import bits_f32, bits_f64, float_bits, key_value, ordered_key  # noqa: F401  (used by kernels)
+from .bits import bits_f32, bits_f64, float_bits, key_value, ldexp, ordered_key  # noqa: F401  (used by kernels)
 from .scratch import free_row, scratch_row  # noqa: F401  (used by kernels)
 
 _JIT = {"nogil": True, "error_model": "numpy", "fastmath": {"contract"}, "forceinline": True}
+
+#: scale by 2**k with ``bits.ldexp`` (AVX-512's vscalef) where the host has AVX-512; elsewhere LLVM would call
+#: libm's ldexp an element, and two factors built from bits do it (the results are the same bits either way).
+#: Numba's cache keys compiled code by the host's CPU and features, so a cache moved between hosts stays right
+SCALEF = avx512()
 
 
 @njit(inline="always", **_JIT)
@@ -47,7 +53,7 @@ def _piece(ftype, piece):
 
 
 def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int, limits: dict,
-           exp_poly: tuple | None = None):
+           exp_poly: tuple | None = None, scalef: bool = SCALEF):
     """The functions for one float type; constants live in the closure (Numba freezes them)."""
     F, Int = ftype, itype  # noqa: N806  (type constructors, as in the generated kernels)
     bias = 127 if mant == 23 else 1023
@@ -91,8 +97,11 @@ def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int
         r = (xc - k * ln2_hi) - k * ln2_lo  # Cody-Waite: k * ln2_hi is exact
         p = _horner(exp_coeffs, r) if fitted else one + (r + r * r * _horner(exp_tail, r))
         ki = Int(k)
-        k1 = ki >> 1  # 2**k as two normal factors: covers overflow and subnormal results, one rounding
-        y = p * bits((k1 + bias) << mant) * bits((ki - k1 + bias) << mant)
+        if scalef:   # p * 2**k by vscalefps/pd: one instruction, one rounding (exp 0.336 -> 0.217 ns an element)
+            y = ldexp(p, ki)
+        else:
+            k1 = ki >> 1  # 2**k as two normal factors: covers overflow and subnormal results, one rounding
+            y = p * bits((k1 + bias) << mant) * bits((ki - k1 + bias) << mant)
         return y if x == x else x
 
     @njit(**_JIT)
@@ -148,16 +157,24 @@ def _build(ftype, itype, mant: int, pieces: dict, exp_terms: int, log_terms: int
 
 
 # fmt: off
-_F32 = _build(np.float32, np.int32, 23, {
-    "erf_small": C.ERF_SMALL_F32, "erf_mid": C.ERF_MID_F32, "erf_tail": C.ERF_TAIL_F32, "erf_far": C.ERF_FAR_F32,
-    "tanh_small": C.TANH_SMALL_F32}, exp_terms=7, log_terms=5,
-    limits={"ln2_hi": 0.693145751953125, "ln2_lo": 1.4286068203094173e-06, "exp_lo": -104.0, "exp_hi": 89.0},
-    exp_poly=C.EXP_REDUCED_F32)
-_F64 = _build(np.float64, np.int64, 52, {
-    "erf_small": C.ERF_SMALL_F64, "erf_mid": C.ERF_MID_F64, "erf_tail": C.ERF_TAIL_F64,
-    "tanh_small": C.TANH_SMALL_F64}, exp_terms=13, log_terms=11,
-    limits={"ln2_hi": 0.6931471803691238, "ln2_lo": 1.9082149292705877e-10, "exp_lo": -746.0,
-            "exp_hi": 710.0})
+def functions(dtype, scalef: bool = SCALEF) -> SimpleNamespace:
+    """exp, log, tanh, erf and sigmoid for ``dtype`` (np.float32 or np.float64); ``scalef``: 2**k by
+    ``bits.ldexp`` (the default where the host has AVX-512) or by two factors."""
+    if dtype is np.float32:
+        return _build(np.float32, np.int32, 23, {
+            "erf_small": C.ERF_SMALL_F32, "erf_mid": C.ERF_MID_F32, "erf_tail": C.ERF_TAIL_F32,
+            "erf_far": C.ERF_FAR_F32, "tanh_small": C.TANH_SMALL_F32}, exp_terms=7, log_terms=5,
+            limits={"ln2_hi": 0.693145751953125, "ln2_lo": 1.4286068203094173e-06, "exp_lo": -104.0,
+                    "exp_hi": 89.0},
+            exp_poly=C.EXP_REDUCED_F32, scalef=scalef)
+    return _build(np.float64, np.int64, 52, {
+        "erf_small": C.ERF_SMALL_F64, "erf_mid": C.ERF_MID_F64, "erf_tail": C.ERF_TAIL_F64,
+        "tanh_small": C.TANH_SMALL_F64}, exp_terms=13, log_terms=11,
+        limits={"ln2_hi": 0.6931471803691238, "ln2_lo": 1.9082149292705877e-10, "exp_lo": -746.0,
+                "exp_hi": 710.0}, scalef=scalef)
+
+
+_F32, _F64 = functions(np.float32), functions(np.float64)
 # fmt: on
 
 #: ulp bounds the tests hold each function to (same for float32 and float64)

@@ -46,7 +46,6 @@ any kernel that calls them is compiled or loaded.
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import llvmlite.binding as llvm
@@ -54,6 +53,7 @@ import numpy as np
 from llvmlite import ir
 from numba import cfunc, njit, types
 
+from .._platform import avx512
 from . import irjit
 
 #: columns of C a panel (two 16-lane vectors) and rows a tile: 2 * TILE accumulators, two panel vectors and a
@@ -723,12 +723,7 @@ def _build():
 def fast() -> bool:
     """Whether the host runs the kernels at full speed (AVX-512: a 16-lane vector a register); elsewhere they
     compute the same, and BLAS keeps the products and the phase kernels the depthwise convs."""
-    return not REASON and _avx512()
-
-
-@functools.cache
-def _avx512() -> bool:   # once per process: LLVM's feature string took ~0.35 ms, twice per product bound
-    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+    return not REASON and avx512()
 
 
 _panel = types.ExternalFunction(SYMBOL, types.void(*([types.int64] * ARGS)))
