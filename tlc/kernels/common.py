@@ -9,6 +9,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+import numba
+import numpy as np
+
 from . import emit as M
 from .layout import Layout
 
@@ -84,6 +87,16 @@ def total(terms: list[ast.expr]) -> ast.expr:
 def alias_of(variant: Variant, m: int) -> int:
     """The input output ``m`` is written into (in place), or -1."""
     return variant.alias[m] if m < len(variant.alias) else -1
+
+
+def kernel_types(plan, variant: Variant) -> tuple:
+    """Numba types of a kernel module's arguments ``(dims, *inputs, *constants, *outputs)`` for ``plan`` (a
+    ``KernelPlan``), outputs computed in place left out: all 1-D C-contiguous (the constants are writeable
+    copies: ``plan.py``)."""
+    dtypes = [op.dtype for op in plan.operands]
+    dtypes += [o.dtype for m, o in enumerate(plan.outputs) if alias_of(variant, m) < 0]
+    return (numba.types.int64[::1],) + tuple(numba.types.Array(numba.from_dtype(np.dtype(d)), 1, "C")
+                                             for d in dtypes)
 
 
 def out_array(variant: Variant, m: int) -> str:

@@ -212,9 +212,7 @@ class EpilogueKernel(Kernel):
         return arrays[:1] + scalars + self.contraction_types + arrays[1:]
 
     def _build(self, module, variant: Variant) -> bool:
-        step = getattr(module, "__tlc_step__", None)
-        if step is None:
-            step = module.__tlc_step__ = parts.compile_step(module.step, variant.fast_math)
+        step = self._step(module, variant.fast_math)
         module.run.compile((numba.types.int64,) * 5 + self._arguments(variant))
         return bool(step.cache_hits)
 

@@ -27,7 +27,7 @@ from ..ir.types import TensorType
 from ..targets import CPU, Target, find, names
 from . import parts
 from .cache import KernelCache, default_cache
-from .common import Variant
+from .common import Variant, kernel_types
 from .cpu import task_count
 from .layout import Layout, concrete_layout, make_layout
 from .plan import KernelPlan, ScalarOp, build_plan, typed_body
@@ -159,16 +159,7 @@ class Kernel:
             module.kernel_serial(dims, *flat_in, *flat_out)
 
     def _signature(self, variant: Variant) -> tuple:
-        """Numba types of ``(dims, *flat_inputs, *flat_constants, *flat_outputs)`` as callers pass them: the
-        constants as they are (read-only where their arrays are), so the first call finds the compiled code."""
-        def flat(dtype, readonly=False):
-            return numba.types.Array(numba.from_dtype(np.dtype(dtype)), 1, "C", readonly=readonly)
-
-        arrays = [flat(op.dtype) for op in self.plan.operands[: self._num_inputs]]
-        arrays += [flat(a.dtype, not a.flags.writeable) for a in self._constant_arrays]
-        arrays += [flat(o.dtype) for m, o in enumerate(self.plan.outputs)
-                   if not (m < len(variant.alias) and variant.alias[m] >= 0)]
-        return (numba.types.Array(numba.types.int64, 1, "C"),) + tuple(arrays)
+        return kernel_types(self.plan, variant)
 
     def _module(self, variant: Variant):
         module = self._variants.get(variant)

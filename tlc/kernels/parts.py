@@ -109,13 +109,17 @@ def unpack(typingctx, addr, text):
     return tup(addr, text), codegen
 
 
+def _call_address(builder, address, args) -> None:
+    """A call of the C function of int64 arguments at ``address``."""
+    fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * len(args))
+    builder.call(builder.inttoptr(address, fnty.as_pointer()), list(args))
+
+
 @intrinsic
 def _call(typingctx, fn, a, b, c, d):
     """``fn(a, b, c, d)`` where ``fn`` is the address of a C function of four int64."""
     def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        fnty = ir.FunctionType(ir.VoidType(), [i64] * 4)
-        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), list(args[1:]))
+        _call_address(builder, args[0], args[1:])
         return context.get_dummy_value()
 
     return types.void(types.int64, types.int64, types.int64, types.int64, types.int64), codegen
@@ -125,9 +129,7 @@ def _call(typingctx, fn, a, b, c, d):
 def drive(typingctx, driver, step, ctx, n0, n1, n2):
     """``driver(step, ctx, n0, n1, n2)`` where ``driver`` is the address of a driver (``driver()``)."""
     def codegen(context, builder, sig, args):
-        i64 = ir.IntType(64)
-        fnty = ir.FunctionType(ir.VoidType(), [i64] * 5)
-        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), list(args[1:]))
+        _call_address(builder, args[0], args[1:])
         return context.get_dummy_value()
 
     return types.void(*[types.int64] * 6), codegen
